@@ -1,0 +1,1 @@
+"""The operator process: CLI, work queue, MPIJob controller, executor, leader election, metrics."""

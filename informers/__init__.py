@@ -1,0 +1,1 @@
+"""client-go style informers: reflector, indexed store, shared informers, REST transport."""

@@ -1,0 +1,127 @@
+"""Plain data passed into and out of the pure reconcilers.
+
+Objects are dicts shaped exactly as the API server sends them (camelCase keys).
+Nothing here does I/O; the controller builds `Observed` from its caches and
+applies the `Plan` it gets back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+
+WorkerBackend = Literal["job", "statefulset"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Operator configuration that shapes the desired objects."""
+
+    worker_backend: WorkerBackend = "job"
+    # Appended to every pod DNS name (`<pod>.<job>.<ns>.svc.<cluster_domain>`) when set.
+    cluster_domain: str = ""
+    # The value of runPolicy.managedBy that this operator acts on (unset also means us).
+    controller_name: str = "kubeflow.org/mpi-operator"
+
+
+@dataclass(frozen=True)
+class SSHKey:
+    private_pem: str  # PEM, as written to the Secret's `ssh-privatekey`
+    public_openssh: str  # one authorized_keys line, as written to `ssh-publickey`
+
+
+@dataclass
+class Observed:
+    """What the informer caches hold of one MPIJob's children (None: not found)."""
+
+    service: Obj | None = None
+    config_map: Obj | None = None
+    secret: Obj | None = None
+    launcher: Obj | None = None  # batch/v1 Job `<name>-launcher`
+    workers: Obj | None = None  # apps/v1 StatefulSet or batch/v1 Job `<name>-worker`
+    pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Identifies one object: `api_version` like "v1" or "batch/v1", `kind` like "Job"."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: Obj  # complete object, apiVersion/kind/metadata included
+
+
+@dataclass(frozen=True)
+class Patch:
+    ref: Ref
+    # JSON merge patch (RFC 7386) of only the fields the operator owns that differ.
+    patch: Obj
+    # Why, for logs and Events ("drift: spec.replicas 3 != 2", "suspend workers").
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Delete:
+    ref: Ref
+    # "Background" lets the garbage collector remove dependents (pods of a Job).
+    propagation: str = "Background"
+    # Precondition: only delete this exact object (guards against a recreated namesake).
+    uid: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str  # CamelCase, e.g. "MPIJobCreated", "InvalidSpec"
+    message: str
+
+
+@dataclass
+class Plan:
+    creates: list[Create] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    # The complete new `status`, or None when it is unchanged (no status write).
+    status: Obj | None = None
+    events: list[Event] = field(default_factory=list)
+    # Look again after this many seconds (deadline, TTL) even if nothing changes.
+    requeue_after: float | None = None
+    # Delete the MPIJob itself (ttlSecondsAfterFinished has run out).
+    delete_mpijob: bool = False
+
+    @property
+    def writes(self) -> int:
+        """API writes this plan needs (Events excluded)."""
+        return (
+            len(self.creates)
+            + len(self.patches)
+            + len(self.deletes)
+            + (self.status is not None)
+            + self.delete_mpijob
+        )
+
+
+KeyGen = Callable[[], SSHKey]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything `plan()` needs; `now` is passed in because reconcilers read no clock."""
+
+    mpijob: Obj
+    observed: Observed
+    config: Config
+    now: datetime  # timezone-aware UTC
+    # Called only when the SSH Secret must be created; the controller passes a real generator.
+    keygen: KeyGen | None = None
