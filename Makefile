@@ -1,0 +1,80 @@
+# mpijob-operator: every target prints what it does and fails loudly.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+ROOT := $(abspath .)
+VENV ?= $(ROOT)/.venv
+PY := $(VENV)/bin/python
+CLUSTER_DIR ?= $(ROOT)/.cluster
+export CLUSTER_DIR
+IMAGE ?= mpijob-operator:dev
+PYTEST_ARGS ?=
+
+.PHONY: help venv lint unit integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
+
+help:
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
+
+$(PY): pyproject.toml
+	@echo ">> python environment in $(VENV)"
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(PY)
+
+venv: $(PY) ## the Python environment (.venv) with the operator and test tools
+
+lint: $(PY) ## ruff over all Python code
+	@echo ">> ruff"
+	$(VENV)/bin/ruff check .
+
+unit: $(PY) ## unit tests of the pure functions, the queue and the store (no cluster)
+	@echo ">> unit tests"
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: $(PY) ## integration tests against the local cluster (started if needed)
+	@echo ">> integration tests (local cluster)"
+	$(PY) -m pytest tests/integration -q $(PYTEST_ARGS)
+
+e2e: $(PY) ## end-to-end tests: the operator as a process on the local cluster, both backends
+	@echo ">> end-to-end tests (local cluster)"
+	$(PY) -m pytest e2e -q $(PYTEST_ARGS)
+
+test: $(PY) ## lint, unit, integration and e2e tests (starts the local cluster itself)
+	@echo ">> lint"
+	$(VENV)/bin/ruff check .
+	@echo ">> all tests: unit, integration, e2e (the local cluster is started once and reused)"
+	$(PY) -m pytest tests e2e -q -p no:cacheprovider $(PYTEST_ARGS)
+
+cluster-up: ## the local cluster (kubeconfig at .cluster/kubeconfig); REAL_NODE=0 skips the real node
+	hack/cluster-up.sh
+
+cluster-down: ## stop the local cluster and remove its state
+	hack/cluster-down.sh
+
+run: $(PY) ## the operator in the foreground against $$KUBECONFIG, or the local cluster
+	$(PY) -m controller --kubeconfig=$${KUBECONFIG:-$(CLUSTER_DIR)/kubeconfig} --log-format=console $(ARGS)
+
+demo: $(PY) ## from nothing: cluster up, operator started, examples/pi.yaml to Succeeded with both backends
+	$(PY) hack/demo.py
+
+bench: $(PY) ## the benchmarks: a table on stdout, JSON in bench/results/
+	@mkdir -p bench/results
+	$(PY) bench/run.py --out bench/results
+
+kind-up: ## a kind cluster for users with Docker (kubeconfig at .cluster/kubeconfig)
+	hack/kind.sh up
+
+kind-down:
+	hack/kind.sh down
+
+image: ## the operator image (Docker)
+	docker build -t $(IMAGE) .
+
+deploy: ## CRD, RBAC and the operator Deployment on the cluster of $$KUBECONFIG (kustomize)
+	kubectl apply -k manifests/
+
+undeploy:
+	kubectl delete -k manifests/ --ignore-not-found
+
+clean: cluster-down
+	rm -rf $(VENV) bench/results .pytest_cache .ruff_cache

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Stops exactly the processes hack/cluster-up.sh started (by PID file) and removes the state.
+# KEEP_STATE=1 keeps .cluster/ (certs, logs, etcd data) for inspection.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+export CLUSTER_DIR
+source "$here/lib.sh"
+[ -d "$CLUSTER_DIR" ] || { log "no cluster at $CLUSTER_DIR"; exit 0; }
+[ -x "$here/realnode/down.sh" ] && "$here/realnode/down.sh"
+stop_order=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
+for name in "${stop_order[@]}" $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//'); do
+  f=$CLUSTER_DIR/pids/$name.pid
+  [ -e "$f" ] || continue
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    log "stopping $name ($pid)"
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+done
+if [ "${KEEP_STATE:-0}" != 1 ]; then
+  rm -rf "$CLUSTER_DIR"
+  log "removed $CLUSTER_DIR"
+fi

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Starts a real Kubernetes control plane on 127.0.0.1, with no Docker:
+#   etcd, kube-apiserver (RBAC, self-signed certs), kube-controller-manager (default controllers),
+#   kube-scheduler, and kwok simulating nodes and pod lifecycles (hack/kwok/kwok.yaml);
+#   plus, where the machine allows and REAL_NODE is not 0, one real node (hack/realnode/up.sh).
+# State lives in $CLUSTER_DIR (default .cluster/): kubeconfig, bin/, pki/, logs/, pids/.
+# Running it again while the cluster is up only checks it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+source "$here/versions.sh"
+source "$here/lib.sh"
+
+CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+APISERVER_PORT=${APISERVER_PORT:-6443}
+ETCD_PORT=${ETCD_PORT:-2379}
+KWOK_NODES=${KWOK_NODES:-4}
+export CLUSTER_DIR
+t_start=$SECONDS
+
+if healthy; then
+  log "cluster already up ($CLUSTER_DIR/kubeconfig)"
+  [ "${REAL_NODE:-1}" = 0 ] || real_node_up
+  exit 0
+fi
+if ls "$CLUSTER_DIR"/pids/*.pid >/dev/null 2>&1; then
+  log "a previous cluster is half up or dead: tearing it down first"
+  "$here/cluster-down.sh"
+fi
+mkdir -p "$CLUSTER_DIR"/{bin,pki,logs,pids,etcd}
+
+# --- binaries: KUBEBUILDER_ASSETS or PATH (same minor release) first, else the cache/build.
+need=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+[ "${REAL_NODE:-1}" = 0 ] || need+=(kubelet)
+for b in "${need[@]}"; do
+  p=$(find_prebuilt "$b") && ln -sf "$p" "$CLUSTER_DIR/bin/$b"
+done
+missing=()
+for b in "${need[@]}"; do [ -e "$CLUSTER_DIR/bin/$b" ] || missing+=("$b"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "building ${missing[*]} (cached after the first time)"
+  with_kubelet=1; [ "${REAL_NODE:-1}" = 0 ] && with_kubelet=0
+  cache_bin=$(WITH_KUBELET=$with_kubelet "$here/build-k8s.sh" | tail -n 1)
+  for b in "${missing[@]}"; do ln -sf "$cache_bin/$b" "$CLUSTER_DIR/bin/$b"; done
+fi
+B=$CLUSTER_DIR/bin
+log "binaries: $(readlink -f "$B/kube-apiserver" | xargs dirname) ($("$B/kube-apiserver" --version))"
+
+# --- PKI: a CA, the serving cert, client certs per component, the service-account key.
+make_pki "$CLUSTER_DIR/pki"
+P=$CLUSTER_DIR/pki
+server=https://127.0.0.1:$APISERVER_PORT
+for who in admin controller-manager scheduler kwok; do
+  write_kubeconfig "$CLUSTER_DIR/$who.kubeconfig" "$server" "$P/$who.crt" "$P/$who.key"
+done
+cp "$CLUSTER_DIR/admin.kubeconfig" "$CLUSTER_DIR/kubeconfig"
+
+# --- etcd
+start etcd "$B/etcd" --name=local --data-dir="$CLUSTER_DIR/etcd" \
+  --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls=http://127.0.0.1:$((ETCD_PORT + 1)) \
+  --initial-advertise-peer-urls=http://127.0.0.1:$((ETCD_PORT + 1)) \
+  --initial-cluster=local=http://127.0.0.1:$((ETCD_PORT + 1)) \
+  --listen-metrics-urls=http://127.0.0.1:$((ETCD_PORT + 2)) \
+  --unsafe-no-fsync --quota-backend-bytes=8589934592 --log-level=warn
+wait_for "etcd" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+# --- kube-apiserver
+start kube-apiserver "$B/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+  --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" \
+  --client-ca-file="$P/ca.crt" \
+  --kubelet-client-certificate="$P/apiserver-kubelet-client.crt" \
+  --kubelet-client-key="$P/apiserver-kubelet-client.key" \
+  --service-cluster-ip-range=10.96.0.0/16 \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
+  --authorization-mode=Node,RBAC --allow-privileged=true \
+  --enable-admission-plugins=NodeRestriction \
+  --endpoint-reconciler-type=none --enable-priority-and-fairness=false \
+  --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
+  --profiling=false --v=1
+wait_for "kube-apiserver /readyz" 120 kubectl_admin get --raw /readyz
+
+# --- kube-controller-manager: the default controllers (job, statefulset, garbage collector, ...).
+start kube-controller-manager "$B/kube-controller-manager" \
+  --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authorization-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10257 \
+  --leader-elect=false --use-service-account-credentials=true \
+  --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
+  --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
+  --kube-api-qps=300 --kube-api-burst=600 --concurrent-job-syncs=10 \
+  --concurrent-statefulset-syncs=10 --concurrent-gc-syncs=20 \
+  --node-monitor-grace-period=60s --v=1
+
+# --- kube-scheduler
+cat > "$CLUSTER_DIR/scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $CLUSTER_DIR/scheduler.kubeconfig
+  qps: 300
+  burst: 600
+leaderElection:
+  leaderElect: false
+EOF
+start kube-scheduler "$B/kube-scheduler" --config="$CLUSTER_DIR/scheduler.yaml" \
+  --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+  --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10259 --v=1
+
+# --- kwok and its simulated nodes
+start kwok "$B/kwok" --kubeconfig="$CLUSTER_DIR/kwok.kubeconfig" --config="$here/kwok/kwok.yaml" \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+  --node-ip=127.0.0.1 --server-address=127.0.0.1:10247
+for i in $(seq 0 $((KWOK_NODES - 1))); do
+  kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: "256", memory: 1Ti, pods: "1000"}
+  capacity: {cpu: "256", memory: 1Ti, pods: "1000"}
+EOF
+done
+wait_for "the default ServiceAccount" 60 kubectl_admin -n default get serviceaccount default
+wait_for "$KWOK_NODES Ready kwok nodes" 60 nodes_ready "$KWOK_NODES"
+
+[ "${REAL_NODE:-1}" = 0 ] || real_node_up
+log "cluster up in $((SECONDS - t_start))s: export KUBECONFIG=$CLUSTER_DIR/kubeconfig"

@@ -1,0 +1,125 @@
+# Helpers shared by hack/cluster-up.sh and hack/cluster-down.sh. Expects CLUSTER_DIR.
+
+log() { echo "[cluster] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
+
+# A binary given by the user: $KUBEBUILDER_ASSETS/<name>, or <name> on PATH when its version is
+# the pinned minor release (etcd and kwok: any version), so the build can be skipped.
+find_prebuilt() {
+  local name=$1 p
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/$name" ]; then
+    echo "$KUBEBUILDER_ASSETS/$name"; return 0
+  fi
+  p=$(command -v "$name" 2>/dev/null) || return 1
+  case $name in
+    etcd|kwok) echo "$p" ;;
+    kubectl) "$p" version --client 2>/dev/null | grep -q "v${K8S_VERSION%.*}\." && echo "$p" ;;
+    *) "$p" --version 2>/dev/null | grep -q "v${K8S_VERSION%.*}\." && echo "$p" ;;
+  esac
+}
+
+wait_for() {  # wait_for <what> <seconds> <command...>
+  local what=$1 secs=$2 i; shift 2
+  for ((i = 0; i < secs * 2; i++)); do
+    "$@" >/dev/null 2>&1 && { log "$what: ok"; return 0; }
+    sleep 0.5
+  done
+  log "$what: not ready after ${secs}s; last logs:"
+  tail -n 20 "$CLUSTER_DIR"/logs/*.log >&2 || true
+  die "$what did not become ready"
+}
+
+# start <name> <command...>: in its own session (survives the caller's Ctrl-C), PID file, log file.
+start() {
+  local name=$1; shift
+  log "starting $name"
+  setsid "$@" >"$CLUSTER_DIR/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$CLUSTER_DIR/pids/$name.pid"
+}
+
+pids_alive() {
+  local f any=1
+  for f in "$CLUSTER_DIR"/pids/*.pid; do
+    [ -e "$f" ] || continue
+    any=0
+    kill -0 "$(cat "$f")" 2>/dev/null || return 1
+  done
+  return $any
+}
+
+healthy() {
+  [ -s "$CLUSTER_DIR/kubeconfig" ] && [ -x "$CLUSTER_DIR/bin/kubectl" ] && pids_alive &&
+    kubectl_admin get --raw /readyz >/dev/null 2>&1
+}
+
+nodes_ready() {  # nodes_ready <n>: at least n kwok nodes are Ready
+  local n
+  n=$(kubectl_admin get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)
+  [ "$n" -ge "$1" ]
+}
+
+make_pki() {
+  local d=$1
+  [ -s "$d/ca.crt" ] && [ -s "$d/admin.crt" ] && return 0
+  log "making certificates in $d"
+  (
+    cd "$d"
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+    openssl req -x509 -new -key ca.key -subj "/CN=mpijob-operator-local-ca" -days 3650 -out ca.crt 2>/dev/null
+    openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
+    openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
+    cert apiserver "/CN=kube-apiserver" \
+      "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+      serverAuth
+    cert admin "/O=system:masters/CN=admin"
+    cert controller-manager "/CN=system:kube-controller-manager"
+    cert scheduler "/CN=system:kube-scheduler"
+    cert kwok "/O=system:masters/CN=kwok"
+    cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  )
+}
+
+cert() {  # cert <name> <subject> [subjectAltName=...] [serverAuth]: signed by ./ca
+  local name=$1 subj=$2 san=${3:-} usage=${4:-clientAuth} ext
+  ext=$(mktemp)
+  { echo "basicConstraints=CA:FALSE"; echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$usage"; [ -n "$san" ] && echo "$san"; } >"$ext"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$name.key" 2>/dev/null
+  openssl req -new -key "$name.key" -subj "$subj" -out "$name.csr" 2>/dev/null
+  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile "$ext" -out "$name.crt" 2>/dev/null
+  rm -f "$name.csr" "$ext"
+}
+
+write_kubeconfig() {  # write_kubeconfig <file> <server> <cert> <key>
+  cat >"$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $2
+    certificate-authority: $CLUSTER_DIR/pki/ca.crt
+users:
+- name: user
+  user:
+    client-certificate: $3
+    client-key: $4
+contexts:
+- name: local
+  context: {cluster: local, user: user}
+current-context: local
+KC
+}
+
+real_node_up() {
+  local up=$here/realnode/up.sh reason
+  if [ ! -x "$up" ]; then log "real node: not part of this checkout (hack/realnode/up.sh)"; return 0; fi
+  if ! reason=$("$up" --check 2>&1); then
+    log "real node skipped, this machine cannot run one: $reason"; return 0
+  fi
+  "$up"
+}

@@ -1,0 +1,76 @@
+"""Shared fixtures. The local cluster (hack/cluster-up.sh) is started once per test session,
+only when a test asks for it, and stopped at the end only if this session started it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster"))
+
+
+def _healthy(kubeconfig: Path) -> bool:
+    kubectl = CLUSTER_DIR / "bin" / "kubectl"
+    if not (kubeconfig.exists() and kubectl.exists()):
+        return False
+    r = subprocess.run(
+        [str(kubectl), f"--kubeconfig={kubeconfig}", "get", "--raw", "/readyz"],
+        capture_output=True, text=True, timeout=20,
+    )
+    return r.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[str]:
+    """Path of an admin kubeconfig for the local cluster (started here if it is not up)."""
+    path = CLUSTER_DIR / "kubeconfig"
+    started = False
+    if not _healthy(path):
+        subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True, timeout=3600)
+        started = True
+    yield str(path)
+    if started and os.environ.get("KEEP_CLUSTER") != "1":
+        subprocess.run([str(ROOT / "hack" / "cluster-down.sh")], check=False, timeout=300)
+
+
+Kubectl = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: str) -> Kubectl:
+    """Runs the cluster's kubectl; `kubectl("get", "pods", input=yaml, check=False)`."""
+
+    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
+        r = subprocess.run(
+            [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and r.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
+        return r
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def get_json(kubectl: Kubectl) -> Callable[..., dict]:
+    def get(*args: str) -> dict:
+        return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+    return get
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,145 @@
+"""The local cluster is real: the Job, StatefulSet and garbage-collector controllers, the scheduler,
+kwok's steered pod lifecycles and RBAC all do their work on a real kube-apiserver."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def pods(get_json, ns: str, selector: str) -> list[dict]:
+    return get_json("pods", "-n", ns, "-l", selector)["items"]
+
+
+def test_indexed_job_pods_get_stable_hostnames_and_complete(kubectl, get_json, namespace):
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "idx"},
+        "spec": {
+            "completionMode": "Indexed", "completions": 3, "parallelism": 3,
+            "template": {
+                "metadata": {"labels": {"app": "idx"},
+                             "annotations": {"sim.mpijob-operator.dev/run-for": "1s"}},
+                "spec": {"subdomain": "idx", "restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }))
+    job = wait_until(lambda: (j := get_json("job", "-n", namespace, "idx"))
+                     .get("status", {}).get("succeeded") == 3 and j, timeout=60, what="3 succeeded")
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+    got = sorted((p["spec"]["hostname"], p["status"]["phase"]) for p in pods(get_json, namespace, "app=idx"))
+    assert got == [("idx-0", "Succeeded"), ("idx-1", "Succeeded"), ("idx-2", "Succeeded")]
+
+
+def test_failing_pod_is_retried_until_backoff_limit(kubectl, get_json, namespace):
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bad"},
+        "spec": {
+            "backoffLimit": 1,
+            "template": {
+                "metadata": {"labels": {"app": "bad"},
+                             "annotations": {"sim.mpijob-operator.dev/run-for": "500ms",
+                                             "sim.mpijob-operator.dev/exit-code": "1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }))
+
+    def failed():
+        conds = get_json("job", "-n", namespace, "bad").get("status", {}).get("conditions", [])
+        return [c for c in conds if c["type"] == "Failed" and c["status"] == "True"]
+
+    cond = wait_until(failed, timeout=90, what="Job Failed")[0]
+    assert cond["reason"] == "BackoffLimitExceeded"
+    assert [p["status"]["phase"] for p in pods(get_json, namespace, "app=bad")] == ["Failed", "Failed"]
+
+
+def test_statefulset_pods_become_ready_and_deleted_pod_returns(kubectl, get_json, namespace):
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "sts"},
+        "spec": {
+            "replicas": 2, "serviceName": "sts", "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "sts"}},
+            "template": {"metadata": {"labels": {"app": "sts"}},
+                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }))
+    wait_until(lambda: get_json("sts", "-n", namespace, "sts").get("status", {}).get("readyReplicas") == 2,
+               timeout=60, what="2 ready replicas")
+    assert sorted(p["metadata"]["name"] for p in pods(get_json, namespace, "app=sts")) == ["sts-0", "sts-1"]
+    old_uid = get_json("pod", "-n", namespace, "sts-1")["metadata"]["uid"]
+    kubectl("delete", "pod", "-n", namespace, "sts-1", "--wait=false")
+
+    def replaced_and_ready():
+        p = get_json("pod", "-n", namespace, "sts-1")
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        return p["metadata"]["uid"] != old_uid and ready
+
+    wait_until(replaced_and_ready, timeout=60, what="sts-1 recreated and Ready")
+
+
+def test_pod_fails_after_annotated_delay(kubectl, get_json, namespace):
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"sim.mpijob-operator.dev/fail-after": "1s"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    wait_until(lambda: get_json("pod", "-n", namespace, "p")["status"].get("phase") == "Running",
+               timeout=30, what="Running")
+    p = wait_until(lambda: (q := get_json("pod", "-n", namespace, "p"))["status"]["phase"] == "Failed" and q,
+                   timeout=30, what="Failed")
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+
+
+def test_deleting_owner_garbage_collects_dependents(kubectl, get_json, namespace):
+    kubectl("create", "configmap", "owner", "-n", namespace)
+    uid = get_json("configmap", "-n", namespace, "owner")["metadata"]["uid"]
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dependent", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid, "controller": True}]},
+    }))
+    kubectl("delete", "configmap", "owner", "-n", namespace)
+    wait_until(lambda: kubectl("get", "configmap", "dependent", "-n", namespace, check=False).returncode != 0,
+               timeout=60, what="dependent garbage-collected")
+    assert "NotFound" in kubectl("get", "configmap", "dependent", "-n", namespace, check=False).stderr
+
+
+def test_service_account_without_permission_is_forbidden(kubectl, tmp_path, namespace):
+    kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    token = kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    as_sa = token_kubeconfig(tmp_path, token)
+
+    def list_pods():
+        return kubectl(f"--kubeconfig={as_sa}", "get", "pods", "-n", namespace, check=False)
+
+    r = list_pods()
+    assert r.returncode != 0
+    assert "Forbidden" in r.stderr and f"system:serviceaccount:{namespace}:nobody" in r.stderr
+    # The same identity succeeds once RBAC grants it the verb: the refusal was RBAC's.
+    kubectl("create", "role", "read-pods", "--verb=list", "--resource=pods", "-n", namespace)
+    kubectl("create", "rolebinding", "read-pods", "--role=read-pods",
+            f"--serviceaccount={namespace}:nobody", "-n", namespace)
+    wait_until(lambda: list_pods().returncode == 0, timeout=30, what="allowed after the RoleBinding")
+
+
+def token_kubeconfig(tmp_path, token: str) -> str:
+    from tests.conftest import CLUSTER_DIR
+
+    admin = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())
+    cfg = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": admin["clusters"][0]["name"], "user": "sa"}}],
+        "current-context": "sa",
+    }
+    path = tmp_path / "sa.kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
