@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Builds the real node's images without Docker or a registry, as OCI image layout tarballs
+# (see oci_pack.py), cached by a hash of their inputs under
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/images/
+#
+#   hack/images/build.sh pause     localhost/pause:local      the pod sandbox image (static C)
+#   hack/images/build.sh mpi-pi    localhost/mpi-pi:<hash>    Debian bookworm + Open MPI + sshd
+#                                  localhost/mpi-pi:latest    + /opt/pi (mpi-pi/pi.c)
+#   hack/images/build.sh all
+# The last stdout line of each build is "<name> <tarball> <reference>...". A second run with the
+# same inputs is a cache hit (no work). Needs root (debootstrap, chroot), debootstrap, gcc, and
+# Debian's mirror (DEBIAN_MIRROR, default: the one in /etc/apt/sources.list*).
+# Load a tarball into containerd: ctr -n k8s.io images import <tarball>; into kind:
+#   kind load image-archive <tarball>   (see hack/images/README.md)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/images}
+SUITE=${DEBIAN_SUITE:-bookworm}
+SSH_PORT=2222
+MPI_PACKAGES="openmpi-bin libopenmpi-dev gcc libc6-dev openssh-server openssh-client dnsutils procps iproute2 ca-certificates"
+PY=$(command -v /usr/bin/python3 || command -v python3)
+mkdir -p "$CACHE"
+cleanup_dirs=()
+trap 'for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done' EXIT
+
+log() { echo "[images] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# The Debian mirror this machine uses (deb822 .sources or one-line sources.list).
+apt_uri() {  # apt_uri <regex for the path>: first matching URI
+  { grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
+    grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+      sed -E 's/^deb (\[[^]]*\] )?//' | awk '{print $1}'
+  } | grep -E "$1" | head -n 1
+}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-$(apt_uri '/debian/?$' || true)}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_SECURITY=${DEBIAN_SECURITY:-$(apt_uri '/debian-security/?$' || true)}
+
+hash_of() {  # hash_of <string|file>...: 16 hex digits over the contents of files and literal strings
+  local a
+  for a in "$@"; do
+    if [ -f "$a" ]; then echo "file $(basename "$a")"; cat "$a"; else echo "str $a"; fi
+  done | sha256sum | cut -c1-16
+}
+
+# A layer tar of a directory: numeric owners, sorted, fixed mtimes for what we add.
+tar_layer() {  # tar_layer <dir> <out> [paths...]
+  local dir=$1 out=$2; shift 2
+  [ $# -gt 0 ] || set -- .
+  tar --numeric-owner --sort=name --xattrs --xattrs-include='security.capability' \
+    --exclude=./proc/* --exclude=./sys/* --exclude=./dev/* --exclude=./run/* --exclude=./tmp/* \
+    -C "$dir" -cf "$out.tmp" "$@"
+  mv "$out.tmp" "$out"
+}
+
+# Runs a command in a private mount namespace, so that /proc etc. mounted for a chroot vanish
+# with it, whatever happens.
+in_private_ns() { unshare --mount --propagation private "$@"; }
+
+build_pause() {
+  local h out
+  h=$(hash_of "$here/pause/pause.c" "$here/oci_pack.py" "$(gcc -dumpfullversion)" v1)
+  out=$CACHE/pause-$h.oci.tar
+  if [ ! -s "$out" ]; then
+    log "pause: building ($out)"
+    local w; w=$(mktemp -d "$CACHE/tmp.pause.XXXXXX")
+    cleanup_dirs+=("$w")
+    mkdir -p "$w/root"
+    gcc -Os -static -s -o "$w/root/pause" "$here/pause/pause.c"
+    touch -d @0 "$w/root/pause" "$w/root"
+    tar_layer "$w/root" "$w/layer.tar" ./pause
+    "$PY" "$here/oci_pack.py" --out "$out" --name localhost/pause:local --layer "$w/layer.tar" \
+      --config '{"Entrypoint":["/pause"],"User":"65535:65535"}' 2>/dev/null
+    rm -rf "$w"
+  fi
+  echo "pause $out localhost/pause:local"
+}
+
+build_mpi_pi() {
+  local t0=$SECONDS hb ht base out w
+  hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$MPI_PACKAGES" "$SSH_PORT" v1)
+  base=$CACHE/mpi-pi-base-$hb.layer.tar
+  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/oci_pack.py" v1)
+  out=$CACHE/mpi-pi-$ht.oci.tar
+  if [ -s "$out" ]; then
+    echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
+    return 0
+  fi
+  w=$(mktemp -d "$CACHE/tmp.mpi-pi.XXXXXX")
+  cleanup_dirs+=("$w")
+  if [ ! -s "$base" ]; then
+    command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+    log "mpi-pi: debootstrap $SUITE (minbase) from $DEBIAN_MIRROR"
+    in_private_ns debootstrap --variant=minbase "$SUITE" "$w/rootfs" "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 ||
+      { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
+    log "mpi-pi: debootstrap done ($((SECONDS - t0))s); installing $MPI_PACKAGES"
+    {
+      echo "deb $DEBIAN_MIRROR $SUITE main"
+      echo "deb $DEBIAN_MIRROR $SUITE-updates main"
+      [ -z "$DEBIAN_SECURITY" ] || echo "deb $DEBIAN_SECURITY $SUITE-security main"
+    } >"$w/rootfs/etc/apt/sources.list"
+    cp /etc/resolv.conf "$w/rootfs/etc/resolv.conf"
+    cp "$here/mpi-pi/setup-rootfs.sh" "$w/rootfs/setup-rootfs.sh"
+    in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        PACKAGES="$2" SSH_PORT="$3" sh /setup-rootfs.sh' sh "$w/rootfs" "$MPI_PACKAGES" "$SSH_PORT" \
+      >"$w/setup.log" 2>&1 || { tail -n 30 "$w/setup.log" >&2; die "installing packages in the image failed"; }
+    tail -n 1 "$w/setup.log" >&2
+    rm -f "$w/rootfs/setup-rootfs.sh"
+    : >"$w/rootfs/etc/resolv.conf"  # the kubelet bind-mounts the pod's resolv.conf
+    echo mpi-pi >"$w/rootfs/etc/hostname"
+    rm -rf "$w/rootfs/var/cache/debconf/"*-old "$w/rootfs/var/lib/dpkg/"*-old
+    tar_layer "$w/rootfs" "$base"
+    log "mpi-pi: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
+    rm -rf "$w/rootfs"
+  fi
+  # Top layer: the pi program, compiled with the image's own mpicc.
+  log "mpi-pi: compiling pi.c with the image's mpicc"
+  mkdir -p "$w/rootfs" "$w/top/opt"
+  tar --numeric-owner -C "$w/rootfs" -xf "$base"
+  cp "$here/mpi-pi/pi.c" "$w/rootfs/opt/pi.c"
+  in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/bin:/bin \
+      mpicc -O2 -o /opt/pi /opt/pi.c -lm' sh "$w/rootfs" || die "compiling pi.c failed"
+  cp -a "$w/rootfs/opt/pi" "$w/rootfs/opt/pi.c" "$w/top/opt/"
+  chmod 755 "$w/top/opt/pi" "$w/top/opt"; chmod 644 "$w/top/opt/pi.c"
+  touch -d @0 "$w/top/opt" "$w/top/opt/"*
+  tar_layer "$w/top" "$w/top.tar" ./opt
+  "$PY" "$here/oci_pack.py" --out "$out" --name "localhost/mpi-pi:$ht" --name localhost/mpi-pi:latest \
+    --layer "$base" --layer "$w/top.tar" \
+    --config '{"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
+  log "mpi-pi: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
+  rm -rf "$w"
+  echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
+}
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
+case ${1:-all} in
+  pause) build_pause ;;
+  mpi-pi) build_mpi_pi ;;
+  all) build_pause; build_mpi_pi ;;
+  *) die "usage: $0 pause|mpi-pi|all" ;;
+esac
