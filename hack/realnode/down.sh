@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Stops the real node started by hack/realnode/up.sh and removes its state: the kubelet, every
+# container it ran (by cgroup, so none survive even if containerd is gone), containerd and its
+# shims, CoreDNS, all mounts under $CLUSTER_DIR/realnode (unmounted before anything is removed),
+# the bridge, the kubelet's symlinks in /var/log/containers and the Node object (if the API
+# server is still up). Safe to run when nothing is up. KEEP_STATE=1 keeps the files.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+export CLUSTER_DIR
+# shellcheck source=hack/realnode/lib.sh
+source "$here/lib.sh"
+
+# 1. The kubelet first, so that it restarts nothing.
+stop_pid kubelet
+
+# 2. The containers. The kubelet (cgroupfs driver) puts every pod under the "kubepods" cgroup:
+#    kill what is in it, through containerd when it is up (clean), then by cgroup (certain).
+if ctr --address "$SOCK" version >/dev/null 2>&1; then
+  for t in $(ctr_k8s tasks ls -q 2>/dev/null); do ctr_k8s tasks kill -s KILL "$t" >/dev/null 2>&1; done
+  sleep 0.5
+  for t in $(ctr_k8s tasks ls -q 2>/dev/null); do ctr_k8s tasks delete -f "$t" >/dev/null 2>&1; done
+fi
+kill_cgroup_tree() {  # kills every process in every cgroup under <controller dir>/kubepods, removes the cgroups
+  local top=$1 d p
+  [ -d "$top" ] || return 0
+  for d in $(find "$top" -depth -type d); do
+    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+  done
+  sleep 0.2
+  for d in $(find "$top" -depth -type d); do rmdir "$d" 2>/dev/null; done
+}
+if [ -d /sys/fs/cgroup/memory ]; then
+  kill_cgroup_tree /sys/fs/cgroup/pids/kubepods
+  for c in /sys/fs/cgroup/*/kubepods; do kill_cgroup_tree "$c"; done
+else
+  kill_cgroup_tree /sys/fs/cgroup/kubepods.slice
+  kill_cgroup_tree /sys/fs/cgroup/kubepods
+fi
+
+# 3. containerd, then its shims (they outlive it): exactly those serving our socket.
+stop_pid containerd
+for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK( |$)" 2>/dev/null); do
+  rlog "stopping containerd shim $p"
+  kill -KILL "$p" 2>/dev/null
+done
+
+# 4. CoreDNS
+stop_pid coredns
+
+# 5. Mounts (secret tmpfs, overlay rootfs, netns, shm), deepest first, then the files.
+if [ -d "$RN" ] || [ -n "$(mounts_under "$RN")" ]; then
+  if ! umount_under "$RN"; then
+    rlog "ERROR: these mounts under $RN could not be unmounted; not removing it:"
+    mounts_under "$RN" >&2
+    exit 1
+  fi
+  if [ "${KEEP_STATE:-0}" != 1 ]; then
+    rm -rf "$RN"
+    rlog "removed $RN"
+  fi
+fi
+[ "$SOCK" = "$RN/containerd.sock" ] || rm -rf "$(dirname "$SOCK")"
+
+# 6. The bridge and the kubelet's log symlinks that point into our state.
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+  ip link del "$BRIDGE" && rlog "removed bridge $BRIDGE"
+fi
+if [ -d "$CONTAINER_LOGS" ]; then
+  find "$CONTAINER_LOGS" -maxdepth 1 -type l -lname "$RN/*" -delete 2>/dev/null
+fi
+
+# 7. The Node object, if the control plane is still there.
+if [ -x "$CLUSTER_DIR/bin/kubectl" ] && [ -s "$CLUSTER_DIR/kubeconfig" ]; then
+  kubectl_admin delete node "$NODE_NAME" --ignore-not-found --wait=false --request-timeout=5s >/dev/null 2>&1 || true
+fi
+exit 0

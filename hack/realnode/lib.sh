@@ -1,0 +1,61 @@
+# Settings and helpers shared by hack/realnode/up.sh and down.sh. Expects CLUSTER_DIR.
+# Everything the real node writes lives in $RN ($CLUSTER_DIR/realnode), except the kubelet's
+# symlinks in /var/log/containers (a path compiled into the kubelet), which down.sh removes.
+
+RN=$CLUSTER_DIR/realnode
+NODE_NAME=${REALNODE_NAME:-realnode}
+BRIDGE=${REALNODE_BRIDGE:-mpijob-br0}
+POD_SUBNET=${REALNODE_POD_SUBNET:-10.244.0.0/24}
+# The bridge's own address: the pods' on-link DNS server (CoreDNS), the node's InternalIP and
+# the kubelet's listen address. Pods get no default route: nothing leaves the bridge.
+GATEWAY=${REALNODE_GATEWAY:-${POD_SUBNET%.*}.1}
+KUBELET_PORT=${REALNODE_KUBELET_PORT:-10250}
+KUBELET_HEALTHZ_PORT=${REALNODE_KUBELET_HEALTHZ_PORT:-10248}
+COREDNS_READY=127.0.0.1:${REALNODE_COREDNS_READY_PORT:-18181}
+NODE_LABEL=mpijob-operator.dev/real-node
+CNI_BIN=${CNI_BIN:-/usr/lib/cni}
+CONTAINER_LOGS=/var/log/containers
+# A unix socket path must fit in 108 bytes; fall back to /run for deep checkouts.
+SOCK=$RN/containerd.sock
+if [ ${#SOCK} -gt 100 ]; then
+  SOCK=/run/mpijob-realnode-$(echo "$RN" | sha256sum | cut -c1-12)/containerd.sock
+fi
+
+rlog() { echo "[realnode] $*" >&2; }
+rdie() { rlog "ERROR: $*"; exit 1; }
+
+kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
+ctr_k8s() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
+
+pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
+alive() { local p; p=$(pid_of "$1") && kill -0 "$p" 2>/dev/null; }
+
+stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID file
+  local name=$1 pid i
+  pid=$(pid_of "$name") || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    rlog "stopping $name ($pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$CLUSTER_DIR/pids/$name.pid"
+}
+
+# Mount points at or under a directory, deepest first (from this mount namespace's mountinfo;
+# octal escapes such as \040 are decoded).
+mounts_under() {
+  local dir=$1
+  awk -v d="$dir" '{ m = $5; gsub(/\\040/, " ", m); if (m == d || index(m, d "/") == 1) print m }' \
+    /proc/self/mountinfo | awk '{ print length($0) "\t" $0 }' | sort -rn | cut -f2-
+}
+
+umount_under() {  # umount_under <dir>: every mount under it; returns 1 if some remain
+  local dir=$1 m tries
+  for tries in 1 2 3; do
+    mounts_under "$dir" | while IFS= read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    [ -z "$(mounts_under "$dir")" ] && return 0
+    sleep 0.5
+  done
+  return 1
+}

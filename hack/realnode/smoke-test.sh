@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Proves the real node without the operator: in a fresh namespace, a hand-made SSH Secret, a
+# headless Service (publishNotReadyAddresses), a hostfile ConfigMap, two worker pods named as
+# the operator names them (hostname <job>-worker-<i>, subdomain <job>) running sshd as mpiuser,
+# and a launcher pod that resolves the workers through CoreDNS and runs
+#   mpirun -n 4 --hostfile /etc/mpi/hostfile /opt/pi
+# over SSH (2 workers x 2 slots). Prints the launcher's output and the timings; exit 0 when pi
+# was computed by 4 ranks on 2 hosts. KEEP=1 keeps the namespace.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+export CLUSTER_DIR
+# shellcheck source=hack/realnode/lib.sh
+source "$here/lib.sh"
+NS=${NS:-realnode-smoke-$$}
+JOB=pi
+IMAGE=${IMAGE:-localhost/mpi-pi:latest}
+t0=$SECONDS
+k() { kubectl_admin -n "$NS" "$@"; }
+
+cleanup() { [ "${KEEP:-0}" = 1 ] || kubectl_admin delete namespace "$NS" --wait=false >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+kubectl_admin create namespace "$NS" >/dev/null
+key=$(mktemp -d)
+ssh-keygen -q -t ecdsa -b 521 -m PEM -N '' -C "$JOB@$NS" -f "$key/id" >/dev/null
+k create secret generic "$JOB-ssh" --type=kubernetes.io/ssh-auth \
+  --from-file=ssh-privatekey="$key/id" --from-file=ssh-publickey="$key/id.pub" >/dev/null
+rm -rf "$key"
+printf '%s-worker-0.%s.%s.svc slots=2\n%s-worker-1.%s.%s.svc slots=2\n' "$JOB" "$JOB" "$NS" "$JOB" "$JOB" "$NS" |
+  k create configmap "$JOB-config" --from-file=hostfile=/dev/stdin >/dev/null
+
+pod() {  # pod <name> <role> <restartPolicy> <command json>
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels: {training.kubeflow.org/job-name: $JOB, training.kubeflow.org/job-role: $2}
+spec:
+  hostname: $1
+  subdomain: $JOB
+  restartPolicy: $3
+  nodeSelector: {$NODE_LABEL: "true"}
+  tolerations: [{key: $NODE_LABEL, operator: Exists, effect: NoSchedule}]
+  enableServiceLinks: false
+  automountServiceAccountToken: false
+  securityContext: {runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true}
+  containers:
+  - name: main
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    command: $4
+    env:
+    - {name: K_MPI_JOB_ROLE, value: $2}
+    - {name: OMPI_MCA_orte_keep_fqdn_hostnames, value: "true"}
+    - {name: OMPI_MCA_orte_default_hostfile, value: /etc/mpi/hostfile}
+    - {name: OMPI_MCA_plm_rsh_args, value: "-o ConnectionAttempts=10"}
+    resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: "1", memory: 512Mi}}
+    volumeMounts:
+    - {name: ssh-auth, mountPath: /home/mpiuser/.ssh}
+    - {name: mpi-job-config, mountPath: /etc/mpi}
+  volumes:
+  - name: ssh-auth
+    secret:
+      secretName: $JOB-ssh
+      items:
+      - {key: ssh-privatekey, path: id_rsa}
+      - {key: ssh-publickey, path: id_rsa.pub}
+      - {key: ssh-publickey, path: authorized_keys}
+  - name: mpi-job-config
+    configMap:
+      name: $JOB-config
+      items: [{key: hostfile, path: hostfile, mode: 0444}]
+---
+EOF
+}
+{
+  cat <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: $JOB}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {training.kubeflow.org/job-name: $JOB}
+---
+EOF
+  for i in 0 1; do pod "$JOB-worker-$i" worker Always '["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]'; done
+  # Like the operator's AtStartup launcher: it starts with the workers; ssh retries cover the gap.
+  pod "$JOB-launcher" launcher Never '["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi"]'
+} | k apply -f - >/dev/null
+rlog "submitted 2 workers + launcher in namespace $NS ($((SECONDS - t0))s)"
+
+phase() { k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+for _ in $(seq 1 240); do
+  p=$(phase "$JOB-launcher")
+  [ "$p" = Succeeded ] || [ "$p" = Failed ] && break
+  sleep 0.5
+done
+rlog "launcher: ${p:-unknown} after $((SECONDS - t0))s"
+uid=$(k get pod "$JOB-launcher" -o jsonpath='{.metadata.uid}')
+# The kubelet's log file (kubectl logs needs the API server to reach the kubelet).
+log=$(ls "$RN/pod-logs/${NS}_$JOB-launcher_$uid/main/"*.log 2>/dev/null | tail -n 1 || true)
+out=$( [ -n "$log" ] && sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$log" || k logs "$JOB-launcher" 2>&1 || true)
+echo "$out"
+k get pods -o wide >&2
+if [ "$p" = Succeeded ] && grep -q "pi is approximately 3.14159.*4 ranks on 2 hosts" <<<"$out"; then
+  rlog "OK: pi computed by 4 MPI ranks on 2 worker pods, $((SECONDS - t0))s from submission"
+  exit 0
+fi
+rlog "FAILED"
+exit 1
