@@ -17,7 +17,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/images}
 SUITE=${DEBIAN_SUITE:-bookworm}
 SSH_PORT=2222
-MPI_PACKAGES="openmpi-bin libopenmpi-dev gcc libc6-dev openssh-server openssh-client dnsutils procps iproute2 ca-certificates"
+# The image: Open MPI's runtime, sshd/ssh, nslookup; the compilers only in a throw-away builder.
+MPI_PACKAGES="openmpi-bin openssh-server openssh-client dnsutils procps iproute2"
+BUILDER_PACKAGES="libopenmpi-dev gcc libc6-dev"
 PY=$(command -v /usr/bin/python3 || command -v python3)
 mkdir -p "$CACHE"
 cleanup_dirs=()
@@ -73,6 +75,7 @@ build_pause() {
     "$PY" "$here/oci_pack.py" --out "$out" --name localhost/pause:local --layer "$w/layer.tar" \
       --config '{"Entrypoint":["/pause"],"User":"65535:65535"}' 2>/dev/null
     rm -rf "$w"
+    find "$CACHE" -maxdepth 1 -name 'pause-*.oci.tar' ! -name "$(basename "$out")" -delete
   fi
   echo "pause $out localhost/pause:local"
 }
@@ -81,7 +84,7 @@ build_mpi_pi() {
   local t0=$SECONDS hb ht base out w
   hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$MPI_PACKAGES" "$SSH_PORT" v1)
   base=$CACHE/mpi-pi-base-$hb.layer.tar
-  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/oci_pack.py" v1)
+  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/oci_pack.py" "$BUILDER_PACKAGES" v1)
   out=$CACHE/mpi-pi-$ht.oci.tar
   if [ -s "$out" ]; then
     echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
@@ -114,13 +117,18 @@ build_mpi_pi() {
     log "mpi-pi: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
     rm -rf "$w/rootfs"
   fi
-  # Top layer: the pi program, compiled with the image's own mpicc.
-  log "mpi-pi: compiling pi.c with the image's mpicc"
+  # Top layer: the pi program, compiled by mpicc in a builder made of the base plus
+  # $BUILDER_PACKAGES (so the image itself carries no compiler), then thrown away.
+  log "mpi-pi: compiling pi.c in a builder (base + $BUILDER_PACKAGES)"
   mkdir -p "$w/rootfs" "$w/top/opt"
   tar --numeric-owner -C "$w/rootfs" -xf "$base"
+  cp /etc/resolv.conf "$w/rootfs/etc/resolv.conf"
   cp "$here/mpi-pi/pi.c" "$w/rootfs/opt/pi.c"
-  in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/bin:/bin \
-      mpicc -O2 -o /opt/pi /opt/pi.c -lm' sh "$w/rootfs" || die "compiling pi.c failed"
+  # (the layer has an empty /dev: the host's is bind-mounted, in the private mount namespace)
+  in_private_ns sh -c 'mount -t proc proc "$1/proc" && mount --bind /dev "$1/dev" &&
+    exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $2 &&
+      mpicc -O2 -o /opt/pi /opt/pi.c -lm"' sh "$w/rootfs" "$BUILDER_PACKAGES" >"$w/builder.log" 2>&1 ||
+    { tail -n 30 "$w/builder.log" >&2; die "compiling pi.c failed"; }
   cp -a "$w/rootfs/opt/pi" "$w/rootfs/opt/pi.c" "$w/top/opt/"
   chmod 755 "$w/top/opt/pi" "$w/top/opt"; chmod 644 "$w/top/opt/pi.c"
   touch -d @0 "$w/top/opt" "$w/top/opt/"*
@@ -130,6 +138,9 @@ build_mpi_pi() {
     --config '{"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
   log "mpi-pi: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
   rm -rf "$w"
+  # Older builds of this image are dead weight in the cache.
+  find "$CACHE" -maxdepth 1 \( -name 'mpi-pi-*.oci.tar' ! -name "$(basename "$out")" -o \
+    -name 'mpi-pi-base-*.layer.tar' ! -name "$(basename "$base")" \) -delete
   echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
 }
 
