@@ -1,0 +1,214 @@
+"""MPIJobs that really run `mpirun` on the real node, through the operator, with both worker
+backends (hack/realnode/pi-mpijob.yaml: 2 workers x 2 slots, `mpirun -n 4` of /opt/pi).
+
+Skipped until the operator (`python -m controller`) and its CRD (manifests/) exist, and where the
+machine has no real node. The wall time from submission to Succeeded is printed (`pytest -s`)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_realnode import realnode  # noqa: E402, F401  (skips without a real node)
+
+from tests.conftest import CLUSTER_DIR, kubeconfig, kubectl  # noqa: E402, F401
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
+JOB_NAME = "training.kubeflow.org/job-name"
+ROLE = "training.kubeflow.org/job-role"
+
+
+def _crd_files() -> list[Path]:
+    out = []
+    for p in sorted((ROOT / "manifests").rglob("*.yaml")):
+        text = p.read_text()
+        if "CustomResourceDefinition" in text and "mpijobs.kubeflow.org" in text:
+            out.append(p)
+    return out
+
+
+def _operator_available() -> str | None:
+    if importlib.util.find_spec("controller.__main__") is None:
+        return "the operator (python -m controller) does not exist yet"
+    if not _crd_files():
+        return "no MPIJob CRD under manifests/ yet"
+    return None
+
+
+@pytest.fixture(scope="module")
+def crd(kubectl) -> None:  # noqa: F811
+    why = _operator_available()
+    if why:
+        pytest.skip(why)
+    for f in _crd_files():
+        kubectl("apply", "--server-side", "-f", str(f))
+    kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+
+
+@pytest.fixture(params=["job", "statefulset"])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def namespace(kubectl) -> Iterator[str]:  # noqa: F811
+    ns = f"realnode-e2e-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", ns)
+    yield ns
+    if os.environ.get("KEEP_NAMESPACES") != "1":
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(crd, kubeconfig, namespace, backend, tmp_path) -> Iterator[subprocess.Popen]:  # noqa: F811
+    log = open(tmp_path / "operator.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}", f"--worker-backend={backend}",
+         f"--namespace={namespace}", "--log-format=console", "--health-probe-bind-address=127.0.0.1:0",
+         "--metrics-bind-address=0"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    )
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    print((tmp_path / "operator.log").read_text()[-3000:])
+
+
+def _mpijob(name: str, *, args: list[str] | None = None, backoff: int | None = None,
+            policy: str | None = None, worker_command: list[str] | None = None) -> dict:
+    job = copy.deepcopy(yaml.safe_load(MANIFEST.read_text()))
+    job["metadata"]["name"] = name
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    if args is not None:
+        launcher["args"] = args
+    if backoff is not None:
+        job["spec"]["runPolicy"]["backoffLimit"] = backoff
+    if policy is not None:
+        job["spec"]["launcherCreationPolicy"] = policy
+    if worker_command is not None:
+        w = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        w["command"] = worker_command
+        w.pop("args", None)
+    return job
+
+
+def _condition(kubectl, ns: str, name: str) -> dict[str, str]:  # noqa: F811
+    r = kubectl("-n", ns, "get", "mpijob", name, "-o", "json", check=False)
+    if r.returncode != 0:
+        return {}
+    return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
+
+
+def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:  # noqa: F811
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = _condition(kubectl, ns, name)
+        if c.get("Succeeded") == "True":
+            return "Succeeded"
+        if c.get("Failed") == "True":
+            return "Failed"
+        time.sleep(0.5)
+    pods = kubectl("-n", ns, "get", "pods", "-o", "wide", check=False).stdout
+    raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {c}\n{pods}")
+
+
+def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:  # noqa: F811
+    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
+    return json.loads(r.stdout)["items"]
+
+
+def _launcher_logs(kubectl, ns: str, name: str) -> str:  # noqa: F811
+    """The launcher pods' output: kubectl logs, or the kubelet's files on this machine."""
+    out = []
+    for pod in _pods(kubectl, ns, name, "launcher"):
+        r = kubectl("-n", ns, "logs", pod["metadata"]["name"], check=False)
+        if r.returncode == 0:
+            out.append(r.stdout)
+            continue
+        d = CLUSTER_DIR / "realnode" / "pod-logs" / f"{ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}"
+        for f in sorted(d.glob("*/*.log")):
+            out.extend(line.split(" ", 3)[-1] for line in f.read_text().splitlines())
+    return "\n".join(out)
+
+
+def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> None:  # noqa: F811
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [p["metadata"]["name"] for p in _pods(kubectl, ns, name, "worker")
+                   if p["status"].get("phase") in ("Running", "Pending")
+                   and not p["metadata"].get("deletionTimestamp")]
+        if not running:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"workers still running after the MPIJob finished: {running}")
+
+
+def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+    t0 = time.monotonic()
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(_mpijob("pi")))
+    assert _wait_finished(kubectl, namespace, "pi", 240) == "Succeeded"
+    wall = time.monotonic() - t0
+    logs = _launcher_logs(kubectl, namespace, "pi")
+    print(f"\n[{backend}] real MPIJob submit -> Succeeded: {wall:.1f}s\n{logs}")
+    assert "pi is approximately 3.14159" in logs and "4 ranks on 2 hosts" in logs, logs
+    _wait_workers_stopped(kubectl, namespace, "pi")
+
+
+def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+    args = ["-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "1000", "--exit-code", "1"]
+    job = _mpijob("pi-fail", args=args, backoff=1)
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    assert _wait_finished(kubectl, namespace, "pi-fail", 240) == "Failed"
+    launchers = _pods(kubectl, namespace, "pi-fail", "launcher")
+    assert len([p for p in launchers if p["status"].get("phase") == "Failed"]) == 2, launchers
+    _wait_workers_stopped(kubectl, namespace, "pi-fail")
+
+
+def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+    """AtStartup: the launcher starts with the workers; their names resolve before they are Ready
+    (publishNotReadyAddresses) and ssh retries until their sshd listens, 8 s late here."""
+    job = _mpijob("pi-slow", policy="AtStartup", worker_command=[
+        "sh", "-c", "sleep 8; exec /usr/sbin/sshd -De -f /home/mpiuser/.sshd_config"])
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    assert _wait_finished(kubectl, namespace, "pi-slow", 240) == "Succeeded"
+    assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-slow")
+
+
+def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+    """A worker deleted during the run breaks mpirun; the launcher Job retries, and the retry
+    succeeds once the worker is back under the same name."""
+    job = _mpijob("pi-kill", args=["-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"],
+                  backoff=3)
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the ranks are computing
+        launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
+        if any(p["status"].get("phase") == "Running" for p in launchers):
+            break
+        time.sleep(0.5)
+    time.sleep(5)
+    kubectl("-n", namespace, "delete", "pod", "pi-kill-worker-0", "--wait=false")
+    assert _wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
+    launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
+    assert any(p["status"].get("phase") == "Failed" for p in launchers), "no launcher attempt failed"
+    assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-kill")
