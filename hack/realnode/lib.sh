@@ -28,15 +28,17 @@ kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconf
 ctr_k8s() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
 
 pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
-alive() { local p; p=$(pid_of "$1") && kill -0 "$p" 2>/dev/null; }
+# running <pid>: exists and is not a zombie (PID 1 here may not reap what up.sh left behind)
+running() { kill -0 "$1" 2>/dev/null && ! awk '{exit $3 != "Z"}' "/proc/$1/stat" 2>/dev/null; }
+alive() { local p; p=$(pid_of "$1") && running "$p"; }  # alive <name>: per its PID file
 
 stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID file
   local name=$1 pid i
   pid=$(pid_of "$name") || return 0
-  if kill -0 "$pid" 2>/dev/null; then
+  if running "$pid"; then
     rlog "stopping $name ($pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for i in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$CLUSTER_DIR/pids/$name.pid"
