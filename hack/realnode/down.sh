@@ -2,7 +2,8 @@
 # Stops the real node started by hack/realnode/up.sh and removes its state: the kubelet, every
 # container it ran (by cgroup, so none survive even if containerd is gone), containerd and its
 # shims, CoreDNS, all mounts under $CLUSTER_DIR/realnode (unmounted before anything is removed),
-# the bridge, the kubelet's symlinks in /var/log/containers and the Node object (if the API
+# the bridge, what the kubelet and libcni leave in compiled-in paths (/var/log/containers,
+# /var/lib/kubelet/device-plugins, /var/lib/cni/results) and the Node object (if the API
 # server is still up). Safe to run when nothing is up. KEEP_STATE=1 keeps the files.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,7 +72,15 @@ if [ -d "$CONTAINER_LOGS" ]; then
   find "$CONTAINER_LOGS" -maxdepth 1 -type l -lname "$RN/*" -delete 2>/dev/null
 fi
 
-# 7. The Node object, if the control plane is still there.
+# 7. What the kubelet and libcni write to compiled-in paths: the device-plugin socket, and CNI
+#    result caches of our pods (they name our network namespaces, which live under $RN).
+rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
+if [ -d /var/lib/cni/results ]; then
+  grep -lF "$RN/" /var/lib/cni/results/* 2>/dev/null | while IFS= read -r f; do rm -f "$f"; done
+fi
+
+# 8. The Node object, if the control plane is still there.
 if [ -x "$CLUSTER_DIR/bin/kubectl" ] && [ -s "$CLUSTER_DIR/kubeconfig" ]; then
   kubectl_admin delete node "$NODE_NAME" --ignore-not-found --wait=false --request-timeout=5s >/dev/null 2>&1 || true
 fi
