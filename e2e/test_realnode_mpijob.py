@@ -175,7 +175,7 @@ def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):
 
 
 def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, operator, namespace, backend):  # noqa: F811
-    args = ["-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "1000", "--exit-code", "1"]
+    args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "1000", "--exit-code", "1"]
     job = _mpijob("pi-fail", args=args, backoff=1)
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
     assert _wait_finished(kubectl, namespace, "pi-fail", 240) == "Failed"
@@ -197,8 +197,8 @@ def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, n
 def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):  # noqa: F811
     """A worker deleted during the run breaks mpirun; the launcher Job retries, and the retry
     succeeds once the worker is back under the same name."""
-    job = _mpijob("pi-kill", args=["-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"],
-                  backoff=3)
+    args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"]
+    job = _mpijob("pi-kill", args=args, backoff=3)
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the ranks are computing

@@ -84,7 +84,7 @@ build_mpi_pi() {
   local t0=$SECONDS hb ht base out w
   hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$MPI_PACKAGES" "$SSH_PORT" v1)
   base=$CACHE/mpi-pi-base-$hb.layer.tar
-  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/oci_pack.py" "$BUILDER_PACKAGES" v1)
+  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/mpi-pi/entrypoint.sh" "$here/oci_pack.py" "$BUILDER_PACKAGES" v1)
   out=$CACHE/mpi-pi-$ht.oci.tar
   if [ -s "$out" ]; then
     echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
@@ -130,12 +130,13 @@ build_mpi_pi() {
       mpicc -O2 -o /opt/pi /opt/pi.c -lm"' sh "$w/rootfs" "$BUILDER_PACKAGES" >"$w/builder.log" 2>&1 ||
     { tail -n 30 "$w/builder.log" >&2; die "compiling pi.c failed"; }
   cp -a "$w/rootfs/opt/pi" "$w/rootfs/opt/pi.c" "$w/top/opt/"
-  chmod 755 "$w/top/opt/pi" "$w/top/opt"; chmod 644 "$w/top/opt/pi.c"
-  touch -d @0 "$w/top/opt" "$w/top/opt/"*
-  tar_layer "$w/top" "$w/top.tar" ./opt
+  cp "$here/mpi-pi/entrypoint.sh" "$w/top/entrypoint.sh"
+  chmod 755 "$w/top/opt/pi" "$w/top/opt" "$w/top/entrypoint.sh"; chmod 644 "$w/top/opt/pi.c"
+  touch -d @0 "$w/top/opt" "$w/top/opt/"* "$w/top/entrypoint.sh"
+  tar_layer "$w/top" "$w/top.tar" ./entrypoint.sh ./opt
   "$PY" "$here/oci_pack.py" --out "$out" --name "localhost/mpi-pi:$ht" --name localhost/mpi-pi:latest \
     --layer "$base" --layer "$w/top.tar" \
-    --config '{"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
+    --config '{"Entrypoint":["/entrypoint.sh"],"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
   log "mpi-pi: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
   rm -rf "$w"
   # Older builds of this image are dead weight in the cache.

@@ -16,6 +16,7 @@ source "$here/lib.sh"
 NS=${NS:-realnode-smoke-$$}
 JOB=pi
 IMAGE=${IMAGE:-localhost/mpi-pi:latest}
+BACKEND=${BACKEND:-pods}  # workers as plain Pods, a StatefulSet, or an Indexed Job
 t0=$SECONDS
 k() { kubectl_admin -n "$NS" "$@"; }
 
@@ -31,15 +32,14 @@ rm -rf "$key"
 printf '%s-worker-0.%s.%s.svc slots=2\n%s-worker-1.%s.%s.svc slots=2\n' "$JOB" "$JOB" "$NS" "$JOB" "$JOB" "$NS" |
   k create configmap "$JOB-config" --from-file=hostfile=/dev/stdin >/dev/null
 
-pod() {  # pod <name> <role> <restartPolicy> <command json>
+# The pod template of a launcher or worker, as the operator renders it (DESIGN.md section 1).
+template() {  # template <hostname or ""> <role> <restartPolicy> <command json>
   cat <<EOF
-apiVersion: v1
-kind: Pod
 metadata:
-  name: $1
-  labels: {training.kubeflow.org/job-name: $JOB, training.kubeflow.org/job-role: $2}
+  labels: {training.kubeflow.org/job-name: $JOB, training.kubeflow.org/job-role: $2,
+           training.kubeflow.org/operator-name: mpi-operator}
 spec:
-  hostname: $1
+$( [ -z "$1" ] || echo "  hostname: $1")
   subdomain: $JOB
   restartPolicy: $3
   nodeSelector: {$NODE_LABEL: "true"}
@@ -51,7 +51,7 @@ spec:
   - name: main
     image: $IMAGE
     imagePullPolicy: IfNotPresent
-    command: $4
+    args: $4
     env:
     - {name: K_MPI_JOB_ROLE, value: $2}
     - {name: OMPI_MCA_orte_keep_fqdn_hostnames, value: "true"}
@@ -73,9 +73,12 @@ spec:
     configMap:
       name: $JOB-config
       items: [{key: hostfile, path: hostfile, mode: 0444}]
----
 EOF
 }
+indent() { sed "s/^/$(printf "%${1}s" "")/"; }
+named() { sed "s/^metadata:/metadata:\n  name: $1/"; }
+SSHD='["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]'
+MPIRUN='["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi"]'
 {
   cat <<EOF
 apiVersion: v1
@@ -87,23 +90,87 @@ spec:
   selector: {training.kubeflow.org/job-name: $JOB}
 ---
 EOF
-  for i in 0 1; do pod "$JOB-worker-$i" worker Always '["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]'; done
-  # Like the operator's AtStartup launcher: it starts with the workers; ssh retries cover the gap.
-  pod "$JOB-launcher" launcher Never '["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi"]'
+  case $BACKEND in
+    pods)
+      for i in 0 1; do
+        printf 'apiVersion: v1\nkind: Pod\n'
+        template "$JOB-worker-$i" worker Always "$SSHD" | named "$JOB-worker-$i"
+        echo ---
+      done
+      printf 'apiVersion: v1\nkind: Pod\n'
+      template "$JOB-launcher" launcher Never "$MPIRUN" | named "$JOB-launcher"
+      ;;
+    statefulset|job)
+      if [ "$BACKEND" = statefulset ]; then
+        # StatefulSet pods get hostname <sts>-<i> and, from serviceName, the subdomain.
+        cat <<EOF
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: $JOB-worker}
+spec:
+  serviceName: $JOB
+  podManagementPolicy: Parallel
+  replicas: 2
+  selector: {matchLabels: {training.kubeflow.org/job-name: $JOB, training.kubeflow.org/job-role: worker}}
+  template:
+$(template "" worker Always "$SSHD" | indent 4)
+---
+EOF
+      else
+        # Indexed Job pods get hostname <job>-<index>; the template's subdomain does the rest.
+        cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $JOB-worker}
+spec:
+  completionMode: Indexed
+  completions: 2
+  parallelism: 2
+  template:
+$(template "" worker Never "$SSHD" | indent 4)
+---
+EOF
+      fi
+      cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $JOB-launcher}
+spec:
+  backoffLimit: 3
+  template:
+$(template "$JOB-launcher" launcher Never "$MPIRUN" | indent 4)
+EOF
+      ;;
+    *) rdie "BACKEND must be pods, statefulset or job" ;;
+  esac
 } | k apply -f - >/dev/null
-rlog "submitted 2 workers + launcher in namespace $NS ($((SECONDS - t0))s)"
+rlog "submitted 2 workers ($BACKEND) + launcher in namespace $NS ($((SECONDS - t0))s)"
 
-phase() { k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
-for _ in $(seq 1 240); do
-  p=$(phase "$JOB-launcher")
-  [ "$p" = Succeeded ] || [ "$p" = Failed ] && break
+launcher_pod() {  # the newest launcher pod
+  k get pods -l training.kubeflow.org/job-name=$JOB,training.kubeflow.org/job-role=launcher \
+    --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}' 2>/dev/null
+}
+launcher_done() {  # prints Succeeded/Failed once the launcher (pod, or Job with retries) is done
+  local c
+  if [ "$BACKEND" = pods ]; then
+    c=$(k get pod "$JOB-launcher" -o jsonpath='{.status.phase}' 2>/dev/null)
+  else
+    c=$(k get job "$JOB-launcher" -o jsonpath='{.status.conditions[?(@.status=="True")].type}' 2>/dev/null)
+    c=${c/Complete/Succeeded}
+  fi
+  case $c in *Succeeded*) echo Succeeded ;; *Failed*) echo Failed ;; *) return 1 ;; esac
+}
+p=
+for _ in $(seq 1 360); do
+  p=$(launcher_done) && break
   sleep 0.5
 done
-rlog "launcher: ${p:-unknown} after $((SECONDS - t0))s"
-uid=$(k get pod "$JOB-launcher" -o jsonpath='{.metadata.uid}')
+lp=$(launcher_pod)
+rlog "launcher: ${p:-not done} after $((SECONDS - t0))s"
+uid=$(k get pod "$lp" -o jsonpath='{.metadata.uid}')
 # The kubelet's log file (kubectl logs needs the API server to reach the kubelet).
-log=$(ls "$RN/pod-logs/${NS}_$JOB-launcher_$uid/main/"*.log 2>/dev/null | tail -n 1 || true)
-out=$( [ -n "$log" ] && sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$log" || k logs "$JOB-launcher" 2>&1 || true)
+log=$(ls "$RN/pod-logs/${NS}_${lp}_$uid/main/"*.log 2>/dev/null | tail -n 1 || true)
+out=$( [ -n "$log" ] && sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$log" || k logs "$lp" 2>&1 || true)
 echo "$out"
 k get pods -o wide >&2
 if [ "$p" = Succeeded ] && grep -q "pi is approximately 3.14159.*4 ranks on 2 hosts" <<<"$out"; then

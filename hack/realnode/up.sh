@@ -100,9 +100,30 @@ wait_until() {  # wait_until <what> <seconds> <command...>
   return 1
 }
 
-# Fast path: everything already up.
+# Images: built (or found in the cache) and imported into containerd unless it has them.
+images=
+import_images() {
+  [ -n "$images" ] || images=$("$here/../images/build.sh" all)
+  PAUSE_TAR=$(echo "$images" | awk '$1 == "pause" {print $2}')
+  MPI_TAR=$(echo "$images" | awk '$1 == "mpi-pi" {print $2}')
+  MPI_REF=$(echo "$images" | awk '$1 == "mpi-pi" {print $3}')
+  [ -n "${1:-}" ] || return 0
+  local have pair ref tarball
+  have=$(ctr_k8s images ls -q 2>/dev/null || true)
+  for pair in "localhost/pause:local $PAUSE_TAR" "$MPI_REF $MPI_TAR"; do
+    ref=${pair%% *} tarball=${pair#* }
+    if ! grep -qxF "$ref" <<<"$have"; then
+      rlog "importing $ref"
+      ctr_k8s images import "$tarball" >/dev/null
+      ctr_k8s images ls -q | grep -qxF "$ref" || rdie "importing $tarball did not give $ref"
+    fi
+  done
+}
+
+# Fast path: everything already up (the images are still brought up to date).
 if alive containerd && alive coredns && alive kubelet && node_ready; then
-  rlog "real node $NODE_NAME already up"
+  import_images now
+  rlog "real node $NODE_NAME already up ($MPI_REF)"
   exit 0
 fi
 
@@ -125,10 +146,7 @@ KUBELET=$(kubelet_bin)
 mkdir -p "$RN"/{pki,cni/net.d,cni/ipam,kubelet,pod-logs,containerd,volume-plugins} "$CLUSTER_DIR"/{logs,pids} "$(dirname "$SOCK")"
 
 # ---------------------------------------------------------------------------------- images + CoreDNS binary
-images=$("$here/../images/build.sh" all)
-PAUSE_TAR=$(echo "$images" | awk '$1 == "pause" {print $2}')
-MPI_TAR=$(echo "$images" | awk '$1 == "mpi-pi" {print $2}')
-MPI_REF=$(echo "$images" | awk '$1 == "mpi-pi" {print $3}')
+import_images
 step "images built or cached: localhost/pause:local, $MPI_REF"
 COREDNS_BIN=$("$here/build-coredns.sh" | tail -n 1)
 step "CoreDNS: $COREDNS_BIN"
@@ -174,14 +192,7 @@ fi
 wait_until containerd 30 ctr --address "$SOCK" version ||
   { tail -n 20 "$CLUSTER_DIR/logs/containerd.log" >&2; rdie "containerd did not start"; }
 step "containerd up"
-have_images=$(ctr_k8s images ls -q 2>/dev/null || true)
-for pair in "localhost/pause:local $PAUSE_TAR" "$MPI_REF $MPI_TAR"; do
-  ref=${pair%% *} tarball=${pair#* }
-  if ! grep -qxF "$ref" <<<"$have_images"; then
-    ctr_k8s images import "$tarball" >/dev/null
-    ctr_k8s images ls -q | grep -qxF "$ref" || rdie "importing $tarball did not give $ref"
-  fi
-done
+import_images now
 step "images imported into containerd (k8s.io namespace)"
 
 # ---------------------------------------------------------------------------------- certificates
