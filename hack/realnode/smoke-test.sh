@@ -5,7 +5,8 @@
 # and a launcher pod that resolves the workers through CoreDNS and runs
 #   mpirun -n 4 --hostfile /etc/mpi/hostfile /opt/pi
 # over SSH (2 workers x 2 slots). Prints the launcher's output and the timings; exit 0 when pi
-# was computed by 4 ranks on 2 hosts. KEEP=1 keeps the namespace.
+# was computed by 4 ranks on 2 hosts. KEEP=1 keeps the namespace; BACKEND=pods|statefulset|job;
+# PI_INTERVALS (default 1e8) sets the work.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -78,7 +79,7 @@ EOF
 indent() { sed "s/^/$(printf "%${1}s" "")/"; }
 named() { sed "s/^metadata:/metadata:\n  name: $1/"; }
 SSHD='["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]'
-MPIRUN='["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi"]'
+MPIRUN='["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "'"${PI_INTERVALS:-100000000}"'"]'
 {
   cat <<EOF
 apiVersion: v1
