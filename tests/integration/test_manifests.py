@@ -1,0 +1,329 @@
+"""manifests/ and examples/ against the real API server of the local cluster.
+
+- Every kustomization renders (`kubectl kustomize`), and the API server accepts what it renders
+  (server-side dry-run, so admission and schema validation run, nothing is persisted).
+- The RBAC objects are applied for real (namespace `mpi-operator` is left in place; applying again
+  is a no-op), then the operator's ServiceAccount is checked against the real authorizer: every verb
+  the operator uses is allowed, a sample of others is denied, and the complete set of its rules
+  (a SelfSubjectRulesReview as the ServiceAccount, minus what any ServiceAccount gets) is exactly
+  the expected one, so the test fails if the ClusterRole or the Role loses or gains a verb.
+- The examples are accepted by the MPIJob CRD (installed from manifests/crd/) without a field pruned.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+CRD = MANIFESTS / "crd" / "kubeflow.org_mpijobs.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+NS = "mpi-operator"
+SA = f"system:serviceaccount:{NS}:mpi-operator"
+
+# What the operator does with each resource: the contract of manifests/rbac/cluster_role.yaml.
+CLUSTER_VERBS: dict[tuple[str, str], set[str]] = {
+    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "delete"},
+    ("kubeflow.org", "mpijobs/status"): {"patch", "update"},
+    ("kubeflow.org", "mpijobs/finalizers"): {"update"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"list", "watch", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+# Leader election, in the operator's namespace only (manifests/rbac/leader_election_role.yaml).
+LEASE_VERBS = {"get", "create", "update"}
+
+# (verb, "resource[.group][/subresource]", namespace: None for "the test's namespace", "" for cluster-wide)
+DENIED = [
+    ("update", "secrets", None),
+    ("update", "configmaps", None),
+    ("create", "pods", None),
+    ("get", "pods", None),
+    ("create", "pods/exec", None),
+    ("get", "pods/log", None),
+    ("update", "jobs.batch", None),
+    ("update", "statefulsets.apps", None),
+    ("create", "deployments.apps", None),
+    ("create", "mpijobs.kubeflow.org", None),
+    ("update", "mpijobs.kubeflow.org", None),
+    ("patch", "mpijobs.kubeflow.org", None),
+    ("deletecollection", "mpijobs.kubeflow.org", None),
+    ("get", "mpijobs.kubeflow.org/status", None),
+    ("delete", "events", None),
+    ("list", "nodes", ""),
+    ("list", "namespaces", ""),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ""),
+    ("create", "rolebindings.rbac.authorization.k8s.io", None),
+    ("create", "leases.coordination.k8s.io", None),  # leases outside the operator's namespace
+    ("get", "leases.coordination.k8s.io", None),
+    ("update", "leases.coordination.k8s.io", None),
+    ("delete", "leases.coordination.k8s.io", NS),
+    ("list", "leases.coordination.k8s.io", NS),
+]
+
+
+def split(resource: str) -> tuple[str, str, str]:
+    """"jobs.batch/status" -> ("batch", "jobs", "status"); "pods" -> ("", "pods", "")."""
+    res, _, sub = resource.partition("/")
+    name, _, group = res.partition(".")
+    return group, name, sub
+
+
+def can_i(kubectl, verb: str, resource: str, namespace: str) -> bool:
+    """Asks the real authorizer, as the operator's ServiceAccount (impersonated, so with its real groups),
+    through a SelfSubjectAccessReview: exact group/resource/subresource, no client-side discovery, so
+    it answers for mpijobs whether or not the CRD is installed. namespace "" means cluster-wide."""
+    group, res, sub = split(resource)
+    attrs = {"verb": verb, "group": group, "resource": res, "subresource": sub, "namespace": namespace}
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": attrs}}
+    r = kubectl("create", "--validate=false", f"--as={SA}", "-o", "json", "-f", "-",
+                input=json.dumps(review))
+    status = json.loads(r.stdout)["status"]
+    assert not status.get("evaluationError"), status
+    return bool(status.get("allowed"))
+
+
+def rules_of(kubectl, user: str, namespace: str) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) allowed to `user` in `namespace`, by a SelfSubjectRulesReview made as them."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+              "spec": {"namespace": namespace}}
+    r = kubectl("create", "--validate=false", f"--as={user}", "-o", "json", "-f", "-",
+                input=json.dumps(review))
+    status = json.loads(r.stdout)["status"]
+    assert not status.get("incomplete"), status.get("evaluationError")
+    out = set()
+    for rule in status.get("resourceRules", []):
+        assert not rule.get("resourceNames"), f"unexpected resourceNames rule: {rule}"
+        for g in rule.get("apiGroups", []):
+            for res in rule.get("resources", []):
+                for v in rule["verbs"]:
+                    out.add((g, res, v))
+    return out
+
+
+def expand(verbs: dict[tuple[str, str], set[str]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for (g, r), vs in verbs.items() for v in vs}
+
+
+def render(kubectl, path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(kubectl("kustomize", str(path)).stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rbac(kubectl) -> Iterator[None]:
+    """manifests/rbac/ applied for real (idempotent), and visible to the authorizer."""
+    kubectl("apply", "-k", str(MANIFESTS / "rbac"))
+    wait_until(lambda: can_i(kubectl, "update", "leases.coordination.k8s.io", NS)
+               and can_i(kubectl, "list", "pods", "default"),
+               timeout=30, what="the operator's RBAC to take effect")
+    yield
+
+
+@pytest.fixture(scope="module")
+def crd_installed(kubectl) -> str:
+    """The MPIJob CRD from manifests/crd/, applied for real and Established."""
+    if not CRD.exists():
+        pytest.skip(f"{CRD.relative_to(ROOT)} does not exist yet")
+    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpijob-operator-tests",
+            "-f", str(CRD))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mpijobs.kubeflow.org", timeout=90)
+    return "mpijobs.kubeflow.org"
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def test_kustomizations_render_the_expected_objects(kubectl):
+    got = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+           for d in render(kubectl, MANIFESTS / "rbac") + render(kubectl, MANIFESTS / "operator")}
+    assert got == {
+        ("Namespace", "", NS),
+        ("ServiceAccount", NS, "mpi-operator"),
+        ("ClusterRole", "", "mpi-operator"),
+        ("ClusterRoleBinding", "", "mpi-operator"),
+        ("Role", NS, "mpi-operator-leader-election"),
+        ("RoleBinding", NS, "mpi-operator-leader-election"),
+        ("ClusterRole", "", "kubeflow-mpijobs-edit"),
+        ("ClusterRole", "", "kubeflow-mpijobs-view"),
+        ("Deployment", NS, "mpi-operator"),
+        ("PodDisruptionBudget", NS, "mpi-operator"),
+        ("Service", NS, "mpi-operator-metrics"),
+    }
+    monitoring = render(kubectl, MANIFESTS / "monitoring")
+    assert [(d["apiVersion"], d["kind"]) for d in monitoring] == [
+        ("monitoring.coreos.com/v1", "ServiceMonitor")]
+    assert monitoring[0]["spec"]["endpoints"][0]["port"] == "metrics"
+
+    if not CRD.exists():
+        pytest.skip(f"{CRD.relative_to(ROOT)} does not exist yet: manifests/ as a whole cannot render")
+    full = render(kubectl, MANIFESTS)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in full}
+    assert ("CustomResourceDefinition", "mpijobs.kubeflow.org") in kinds
+    assert {(k, n) for k, _, n in got} <= kinds
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "mpijob-operator" for d in full)
+    deploy = next(d for d in full if d["kind"] == "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "mpijob-operator:dev"
+
+
+def test_deployment_is_what_the_operator_expects(kubectl):
+    deploy = next(d for d in render(kubectl, MANIFESTS / "operator") if d["kind"] == "Deployment")
+    spec = deploy["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert deploy["spec"]["replicas"] == 2
+    assert spec["serviceAccountName"] == "mpi-operator"
+    assert c["args"] == ["--leader-elect", "--leader-election-namespace=mpi-operator", "--worker-backend=job",
+                         "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+                         "--log-format=json"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert {"requests", "limits"} <= c["resources"].keys()
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"]
+    svc = next(d for d in render(kubectl, MANIFESTS / "operator") if d["kind"] == "Service")
+    assert svc["metadata"]["name"] == "mpi-operator-metrics"
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+
+
+# -- the real API server --------------------------------------------------------------------------
+
+
+def test_manifests_are_accepted_by_the_api_server(kubectl, rbac, get_json):
+    # the namespace exists now (rbac fixture), so the namespaced objects can be dry-run too
+    out = kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "operator")).stdout
+    assert "deployment.apps/mpi-operator" in out and "service/mpi-operator-metrics" in out
+    kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "rbac"))
+    if kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False).returncode == 0:
+        kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "monitoring"))
+    # The namespace enforces the restricted Pod Security Standard, which the operator's pods meet:
+    # a server-side dry-run of a pod with the Deployment's template is admitted without a warning.
+    deploy = next(d for d in render(kubectl, MANIFESTS / "operator") if d["kind"] == "Deployment")
+    ns_labels = get_json("namespace", NS)["metadata"]["labels"]
+    assert ns_labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "mpi-operator-dry-run", "namespace": NS},
+           "spec": deploy["spec"]["template"]["spec"]}
+    r = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+    assert "violate" not in r.stderr, r.stderr
+    if not CRD.exists():
+        pytest.skip(f"{CRD.relative_to(ROOT)} does not exist yet: skipped the dry-run of manifests/")
+    out = kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS)).stdout
+    assert "customresourcedefinition.apiextensions.k8s.io/mpijobs.kubeflow.org" in out
+
+
+def test_operator_is_allowed_every_verb_it_uses(kubectl, rbac, namespace):
+    for (group, resource), verbs in CLUSTER_VERBS.items():
+        res, _, sub = resource.partition("/")
+        qualified = f"{res}.{group}" if group else res
+        qualified += f"/{sub}" if sub else ""
+        for verb in sorted(verbs):
+            assert can_i(kubectl, verb, qualified, namespace), f"{SA} cannot {verb} {qualified}"
+            assert can_i(kubectl, verb, qualified, ""), f"{SA} cannot {verb} {qualified} cluster-wide"
+    for verb in sorted(LEASE_VERBS):
+        assert can_i(kubectl, verb, "leases.coordination.k8s.io", NS), (
+            f"{SA} cannot {verb} leases in {NS}")
+
+
+@pytest.mark.parametrize(("verb", "resource", "where"), DENIED,
+                         ids=[f"{v}-{r}-{'ns' if w is None else w or 'cluster'}" for v, r, w in DENIED])
+def test_operator_is_denied_what_it_does_not_use(kubectl, rbac, namespace, verb, resource, where):
+    ns = namespace if where is None else where
+    assert not can_i(kubectl, verb, resource, ns), f"{SA} may {verb} {resource} in {ns or 'the cluster'}"
+
+
+def test_operator_rules_are_exactly_the_expected_ones(kubectl, rbac, namespace):
+    # What every ServiceAccount of the namespace gets anyway (discovery, self reviews, ...):
+    nobody = f"system:serviceaccount:{NS}:nobody-{uuid.uuid4().hex[:6]}"
+    leases = {("coordination.k8s.io", "leases", v) for v in LEASE_VERBS}
+    for ns, expected in ((namespace, expand(CLUSTER_VERBS)), (NS, expand(CLUSTER_VERBS) | leases)):
+        extra = rules_of(kubectl, SA, ns) - rules_of(kubectl, nobody, ns)
+        assert extra == expected, (
+            f"in namespace {ns}: gained {sorted(extra - expected)}, lost {sorted(expected - extra)}")
+
+
+def test_cluster_role_on_the_server_matches_the_contract(get_json, rbac):
+    role = get_json("clusterrole", "mpi-operator")
+    got = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+           for r in rule["resources"] for v in rule["verbs"]}
+    assert got == expand(CLUSTER_VERBS)
+    lease = get_json("role", "-n", NS, "mpi-operator-leader-election")
+    assert lease["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                               "verbs": ["get", "create", "update"]}]
+    binding = get_json("clusterrolebinding", "mpi-operator")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": NS}]
+
+
+def test_user_roles_are_aggregated_into_edit_and_view(get_json, rbac):
+    def verbs(role: str) -> set[str]:
+        return {v for rule in get_json("clusterrole", role).get("rules", [])
+                if "kubeflow.org" in rule.get("apiGroups", []) and "mpijobs" in rule.get("resources", [])
+                for v in rule["verbs"]}
+
+    wait_until(lambda: "create" in verbs("edit") and "list" in verbs("view"), timeout=30,
+               what="mpijobs aggregated into edit and view")
+    assert "create" in verbs("admin")
+    assert not {"create", "update", "patch", "delete"} & verbs("view")
+
+
+# -- examples -------------------------------------------------------------------------------------
+
+
+def subset_missing(want, got, path="") -> list[str]:
+    """Paths of `want` (the submitted object) that are absent or different in `got` (what the API kept)."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [path or "/"]
+        return [m for k, v in want.items()
+                for m in (subset_missing(v, got[k], f"{path}.{k}") if k in got else [f"{path}.{k}"])]
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return [path]
+        return [m for i, (w, g) in enumerate(zip(want, got, strict=True))
+                for m in subset_missing(w, g, f"{path}[{i}]")]
+    # the API server normalises quantities (cpu: 1 -> "1"); compare as strings
+    return [] if str(want) == str(got) else [f"{path}: {want!r} != {got!r}"]
+
+
+def test_examples_exist():
+    names = {p.name for p in EXAMPLES}
+    assert {"pi.yaml", "pi-intel.yaml", "pi-mpich.yaml"} <= names
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_is_accepted_by_the_crd_without_pruning(kubectl, crd_installed, namespace, example):
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    assert docs and all(d["apiVersion"] == "kubeflow.org/v2beta1" and d["kind"] == "MPIJob" for d in docs)
+    for doc in docs:
+        r = kubectl("apply", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-",
+                    input=json.dumps(doc))
+        kept = json.loads(r.stdout)
+        missing = subset_missing(doc["spec"], kept["spec"], "spec")
+        assert not missing, f"{example.name}: the API server dropped or changed {missing}"
+        launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+        assert "sim.mpijob-operator.dev/run-for" in launcher["metadata"]["annotations"], (
+            "the launcher must finish on the simulated nodes of the local cluster")
