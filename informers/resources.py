@@ -1,0 +1,60 @@
+"""The API resources the operator reads and writes, and their REST paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        """`/api/v1/namespaces/ns/pods/x[/status]`; without a namespace, the all-namespaces path."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [base]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        elif subresource:
+            raise ValueError("a subresource needs a name")
+        return "/".join(parts)
+
+
+PODS = Resource("", "v1", "pods", "Pod")
+SERVICES = Resource("", "v1", "services", "Service")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+EVENTS = Resource("", "v1", "events", "Event")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
+
+ALL = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES, SERVICEACCOUNTS, JOBS, STATEFULSETS, LEASES,
+       MPIJOBS)
+_BY_GVK = {(r.api_version, r.kind): r for r in ALL}
+
+
+def resource_for(api_version: str, kind: str) -> Resource:
+    """The Resource of a known (apiVersion, kind); KeyError for others."""
+    try:
+        return _BY_GVK[(api_version, kind)]
+    except KeyError:
+        raise KeyError(f"unknown resource {api_version} {kind}") from None

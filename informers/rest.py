@@ -1,0 +1,223 @@
+"""A thin REST transport over the kubernetes client's ApiClient: raw JSON in and out, a client-side
+token bucket (client-go's --kube-api-qps/--kube-api-burst), and line-by-line watch streams.
+
+The generated model classes are not used: they are an order of magnitude slower than json.loads,
+and the informers only need dicts. Authentication (client certificates, bearer tokens, exec
+plugins, the in-cluster token that rotates) is the kubernetes client's, through its
+Configuration's auth settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import urllib3
+from prometheus_client import Counter
+
+requests_total = Counter(
+    "rest_client_requests_total", "API requests by method and HTTP status code", ["method", "code"]
+)
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, with the fields of its Status."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+        self.body, self.retry_after = body, retry_after
+
+    @classmethod
+    def from_response(cls, status: int, data: bytes, headers: Any = None, http_reason: str = "") -> ApiError:
+        body: dict | None = None
+        try:
+            parsed = json.loads(data) if data else None
+            if isinstance(parsed, dict):
+                body = parsed
+        except ValueError:
+            pass
+        reason = (body or {}).get("reason") or http_reason or ""
+        message = (body or {}).get("message") or (data or b"").decode("utf-8", "replace")[:1000]
+        retry_after = None
+        ra = headers.get("Retry-After") if headers is not None else None
+        if ra is None and body:
+            ra = ((body.get("details") or {}).get("retryAfterSeconds"))
+        if ra is not None:
+            try:
+                retry_after = float(ra)
+            except (TypeError, ValueError):
+                retry_after = None
+        return cls(status, reason, message, body, retry_after)
+
+    @classmethod
+    def from_status(cls, status: dict) -> ApiError:
+        """From a Status object, as a watch ERROR event carries it."""
+        code = int(status.get("code") or 500)
+        return cls(code, status.get("reason") or "", status.get("message") or "", status)
+
+
+class TokenBucket:
+    """client-go's flowcontrol token bucket: `qps` tokens a second, at most `burst` saved up.
+    Takers reserve a token (the balance may go negative) and sleep outside the lock until it is due,
+    so concurrent callers are served in arrival order at the configured rate."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, max(1, int(burst))
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Takes a token; returns how long the caller must wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def take(self) -> None:
+        wait = self.reserve()
+        if wait > 0:
+            time.sleep(wait)
+
+
+def _query_string(query: dict | None) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for k, v in (query or {}).items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        out.append((k, str(v)))
+    return out
+
+
+class WatchStream:
+    """The events of one watch response, decoded line by line. Closing it closes the response;
+    `shutdown()` (any thread) breaks a read that is blocked on the socket."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self.response = response
+        self._closed = False
+
+    def __iter__(self) -> Iterator[dict]:
+        return self._events()
+
+    def _events(self) -> Iterator[dict]:
+        buf = b""
+        try:
+            for chunk in self.response.stream(64 * 1024, decode_content=True):
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    if line.strip():
+                        yield json.loads(line)
+            if buf.strip():
+                yield json.loads(buf)
+        finally:
+            self.close()
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.response.shutdown()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Close first: a connection with unread watch data must not go back to the pool.
+        with contextlib.suppress(Exception):
+            self.response.close()
+        with contextlib.suppress(Exception):
+            self.response.release_conn()
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RestClient:
+    def __init__(self, api_client: kubernetes.client.ApiClient, qps: float = 20.0, burst: int = 30) -> None:
+        self.api_client = api_client
+        self.qps, self.burst = qps, burst
+        self.limiter = TokenBucket(qps, burst)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, qps: float = 20.0, burst: int = 30) -> RestClient:
+        """From a kubeconfig file; with no path, the in-cluster config when running in a pod,
+        else the default kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+        cfg = kubernetes.client.Configuration()
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=cfg)
+        else:
+            kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg)
+        # Enough pooled connections for the watches plus concurrent workers.
+        cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 64)
+        cfg.retries = False
+        api = kubernetes.client.ApiClient(configuration=cfg)
+        api.user_agent = "mpijob-operator/0.1"
+        return cls(api, qps=qps, burst=burst)
+
+    def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
+              timeout: Any) -> urllib3.BaseHTTPResponse:
+        self.limiter.take()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        m, url, hdrs, b, _ = self.api_client.param_serialize(
+            method=method, resource_path=path, query_params=_query_string(query), header_params=headers,
+            body=body, auth_settings=["BearerToken"],
+        )
+        try:
+            resp = self.api_client.call_api(m, url, header_params=hdrs, body=b, _request_timeout=timeout)
+        except Exception:
+            requests_total.labels(method, "<error>").inc()
+            raise
+        raw = resp.response
+        requests_total.labels(method, str(raw.status)).inc()
+        return raw
+
+    def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
+                content_type: str = "application/json", timeout: float = 30) -> dict:
+        """One API call; returns the decoded JSON body ({} when empty). Raises ApiError on a non-2xx
+        answer; connection errors (urllib3) propagate as they are."""
+        method = method.upper()
+        raw = self._send(method, path, query, body, content_type, timeout)
+        try:
+            data = raw.read()
+        finally:
+            raw.release_conn()
+        if not 200 <= raw.status <= 299:
+            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+        return json.loads(data) if data else {}
+
+    def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
+        """A watch: GET `path?watch=true&...`; iterate the result for event dicts
+        {"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}. `timeout` is the read
+        timeout: a stream silent for that long raises (urllib3 ReadTimeoutError)."""
+        q = dict(query or {})
+        q.setdefault("watch", True)
+        raw = self._send("GET", path, q, None, "application/json", (min(timeout, 30.0), timeout))
+        if not 200 <= raw.status <= 299:
+            try:
+                data = raw.read()
+            finally:
+                raw.release_conn()
+            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+        return WatchStream(raw)
