@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -52,16 +53,51 @@ def test_real_node_is_labelled_tainted_and_not_kwok(kubectl, realnode):  # noqa:
     assert "localhost/mpi-pi:latest" in images, images
 
 
-def test_mpirun_across_plain_pods_found_by_dns(realnode):
-    """Two sshd worker pods (hostname + subdomain + headless Service) and a launcher pod running
-    `mpirun -n 4 --hostfile /etc/mpi/hostfile /opt/pi` over SSH: hack/realnode/smoke-test.sh."""
-    ns = f"realnode-smoke-{uuid.uuid4().hex[:6]}"
-    r = subprocess.run(
+def _smoke(ns: str, backend: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
         [str(ROOT / "hack" / "realnode" / "smoke-test.sh")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "CLUSTER_DIR": str(CLUSTER_DIR), "NS": ns},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CLUSTER_DIR": str(CLUSTER_DIR), "NS": ns, "BACKEND": backend, **env},
     )
-    assert r.returncode == 0, f"smoke test failed:\n{r.stdout}\n{r.stderr}"
-    assert "pi is approximately 3.14159" in r.stdout
-    assert "4 ranks on 2 hosts" in r.stdout
-    assert "rank 0 of 4 on pi-worker-0" in r.stdout and "rank 3 of 4 on pi-worker-1" in r.stdout
+
+
+@pytest.mark.parametrize("backend", ["pods", "statefulset", "job"])
+def test_mpirun_across_pods_found_by_dns(realnode, backend):
+    """Two sshd workers (plain Pods, or the operator's StatefulSet or Indexed Job rendered by
+    hand) and a launcher running `mpirun -n 4 --hostfile /etc/mpi/hostfile /opt/pi` over SSH,
+    all found by their DNS names: hack/realnode/smoke-test.sh."""
+    p = _smoke(f"realnode-smoke-{backend[:3]}-{uuid.uuid4().hex[:6]}", backend)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, f"smoke test failed:\n{out}\n{err}"
+    assert "pi is approximately 3.14159" in out and "4 ranks on 2 hosts" in out, out
+    assert "on pi-worker-0" in out and "on pi-worker-1" in out, out
+
+
+@pytest.mark.parametrize("backend", ["statefulset", "job"])
+def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):  # noqa: F811
+    """A worker deleted during `mpirun` fails the launcher's attempt; the worker comes back under
+    the same name (StatefulSet, or the Indexed Job since a stopped worker exits non-zero) and the
+    launcher Job's retry succeeds."""
+    ns = f"realnode-kill-{backend[:3]}-{uuid.uuid4().hex[:6]}"
+    p = _smoke(ns, backend, KEEP="1", PI_INTERVALS="40000000000")  # ~25 s of computing
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = kubectl("-n", ns, "get", "pods", "-l", "training.kubeflow.org/job-role=launcher",
+                        "-o", "jsonpath={.items[*].status.phase}", check=False)
+            if "Running" in r.stdout:
+                break
+            time.sleep(0.5)
+        time.sleep(6)
+        sel = "training.kubeflow.org/job-role=worker," + (
+            "statefulset.kubernetes.io/pod-name=pi-worker-0" if backend == "statefulset"
+            else "batch.kubernetes.io/job-completion-index=0")
+        kubectl("-n", ns, "delete", "pod", "-l", sel, "--wait=false")
+        out, err = p.communicate(timeout=400)
+        assert p.returncode == 0, f"no successful retry:\n{out}\n{err}"
+        assert "4 ranks on 2 hosts" in out
+        failed = kubectl("-n", ns, "get", "job", "pi-launcher", "-o", "jsonpath={.status.failed}").stdout
+        assert failed and int(failed) >= 1, "the killed worker did not fail the first attempt"
+    finally:
+        p.kill()
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -1,21 +1,16 @@
 """MPIJobs that really run `mpirun` on the real node, through the operator, with both worker
 backends (hack/realnode/pi-mpijob.yaml: 2 workers x 2 slots, `mpirun -n 4` of /opt/pi).
 
-Skipped until the operator (`python -m controller`) and its CRD (manifests/) exist, and where the
-machine has no real node. The wall time from submission to Succeeded is printed (`pytest -s`)."""
+The operator runs as a process with the ServiceAccount of manifests/ (fixtures in e2e/conftest.py).
+Skipped, with the reason, only where the machine cannot run a real node. The wall time from
+submission to Succeeded is printed (`pytest -s`)."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,66 +27,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
 JOB_NAME = "training.kubeflow.org/job-name"
 ROLE = "training.kubeflow.org/job-role"
-
-
-def _crd_files() -> list[Path]:
-    out = []
-    for p in sorted((ROOT / "manifests").rglob("*.yaml")):
-        text = p.read_text()
-        if "CustomResourceDefinition" in text and "mpijobs.kubeflow.org" in text:
-            out.append(p)
-    return out
-
-
-def _operator_available() -> str | None:
-    if importlib.util.find_spec("controller.__main__") is None:
-        return "the operator (python -m controller) does not exist yet"
-    if not _crd_files():
-        return "no MPIJob CRD under manifests/ yet"
-    return None
-
-
-@pytest.fixture(scope="module")
-def crd(kubectl) -> None:  # noqa: F811
-    why = _operator_available()
-    if why:
-        pytest.skip(why)
-    for f in _crd_files():
-        kubectl("apply", "--server-side", "-f", str(f))
-    kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
-
-
-@pytest.fixture(params=["job", "statefulset"])
-def backend(request) -> str:
-    return request.param
-
-
-@pytest.fixture
-def namespace(kubectl) -> Iterator[str]:  # noqa: F811
-    ns = f"realnode-e2e-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", ns)
-    yield ns
-    if os.environ.get("KEEP_NAMESPACES") != "1":
-        kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture
-def operator(crd, kubeconfig, namespace, backend, tmp_path) -> Iterator[subprocess.Popen]:  # noqa: F811
-    log = open(tmp_path / "operator.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}", f"--worker-backend={backend}",
-         f"--namespace={namespace}", "--log-format=console", "--health-probe-bind-address=127.0.0.1:0",
-         "--metrics-bind-address=0"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-    )
-    yield proc
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-    print((tmp_path / "operator.log").read_text()[-3000:])
 
 
 def _mpijob(name: str, *, args: list[str] | None = None, backoff: int | None = None,

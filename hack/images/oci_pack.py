@@ -97,7 +97,9 @@ def main():
                 "platform": {"architecture": "amd64", "os": "linux"},
                 "annotations": {
                     "io.containerd.image.name": name,
-                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else "latest",
+                    "org.opencontainers.image.ref.name": (
+                        name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else "latest"
+                    ),
                 },
             }
             for name in args.name

@@ -1,0 +1,116 @@
+"""`mpijob-operator` / `python -m controller`: wires informers, queue, reconcilers and executor.
+
+Informers start at once, also on a standby replica, so that a takeover finds warm caches; the
+workers (and so every write) start only once this replica leads.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from informers.factory import InformerFactory
+
+from controller import config, health, logs
+from controller.executor import Executor
+from controller.leader import LeaderElector
+from controller.mpijob_controller import MPIJobController
+from informers.resources import MPIJOBS
+from informers.rest import ApiError, RestClient
+
+log = logs.get("main")
+COMPONENT = "mpi-operator"
+
+
+def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
+    """Say plainly what is missing instead of a reflector retrying a 404 forever in silence."""
+    path = f"/apis/{MPIJOBS.group}/{MPIJOBS.version}"
+    warned = False
+    while not stop.is_set():
+        try:
+            client.request("GET", path, timeout=10)
+            return
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            if not warned:
+                log.error("the MPIJob CRD is not installed; install it with "
+                          "`kubectl apply --server-side -f manifests/crd/`; waiting for it")
+                warned = True
+        except Exception as e:
+            log.warning("API server unreachable; retrying", error=str(e))
+        stop.wait(5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = config.parse(argv)
+    logs.setup(opts.log_format, opts.log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    client = RestClient.from_kubeconfig(opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst)
+    elector = (
+        LeaderElector(client, opts.leader_election_namespace, opts.leader_election_id, opts.identity)
+        if opts.leader_elect else None
+    )
+    executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
+    factory = InformerFactory(client, namespace=opts.namespace, resync_period=0)
+    ctrl = MPIJobController(opts, factory, executor)
+    # Resync only the MPIJobs: a periodic reconcile catches anything an event could not.
+    ctrl.mpijobs.resync_period = opts.resync_period
+
+    synced = threading.Event()
+    ports = health.Servers().start(
+        config.split_bind(opts.metrics_bind_address),
+        config.split_bind(opts.health_probe_bind_address),
+        healthz=lambda: (True, "ok"),
+        readyz=lambda: (synced.is_set(), "ok" if synced.is_set() else "informer caches not synced"),
+    )
+    log.info("starting", version=_version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
+             leader_elect=opts.leader_elect, identity=opts.identity, **{f"{k}_port": v for k, v in ports.items()})
+
+    _wait_for_crd(client, stop)
+    if stop.is_set():
+        return 0
+    factory.start()
+    t0 = time.monotonic()
+    while not stop.is_set() and not factory.wait_for_cache_sync(timeout=10):
+        log.warning("informer caches not synced yet", waited_s=round(time.monotonic() - t0))
+    if stop.is_set():
+        factory.stop()
+        return 0
+    synced.set()
+    log.info("caches synced", seconds=round(time.monotonic() - t0, 2))
+
+    if elector is None:
+        ctrl.run_workers()
+        stop.wait()
+    else:
+        def lost() -> None:
+            if not stop.is_set():
+                # A replica that lost its Lease may hold stale intentions: restart clean, as client-go does.
+                log.error("leader election lost; exiting")
+                os._exit(1)
+
+        elector.run(on_started=ctrl.run_workers, on_stopped=lost, stop=stop)
+    log.info("shutting down")
+    ctrl.shutdown()
+    factory.stop()
+    return 0
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mpijob-operator")
+    except Exception:
+        return "dev"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The operator's command line (DESIGN.md section 3) parsed into one immutable Options value."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Options:
+    kubeconfig: str | None = None
+    worker_backend: str = "job"
+    namespace: str = ""
+    threadiness: int = 4
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+    resync_period: float = 300.0
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    leader_elect: bool = False
+    leader_election_namespace: str = "mpi-operator"
+    leader_election_id: str = "mpi-operator"
+    identity: str = ""
+    cluster_domain: str = ""
+    controller_name: str = "kubeflow.org/mpi-operator"
+    log_format: str = "console"
+    log_level: str = "info"
+    queue_qps: float = 10.0
+    queue_burst: int = 100
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _bind_address(text: str) -> str:
+    if text in ("0", ""):
+        return "0"  # disabled, as controller-runtime does
+    _, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"want [host]:port or 0, got {text!r}")
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mpijob-operator",
+        description="Runs kubeflow.org/v2beta1 MPIJobs: workers as an Indexed Job or a StatefulSet, "
+        "the launcher as a batch/v1 Job.",
+    )
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+                   help="path to a kubeconfig; default: $KUBECONFIG, else in-cluster, else ~/.kube/config")
+    p.add_argument("--worker-backend", choices=("job", "statefulset"), default="job",
+                   help="what runs the workers: an Indexed Job (default) or a StatefulSet")
+    p.add_argument("--namespace", default="", help="watch only this namespace (default: all)")
+    p.add_argument("--threadiness", type=_positive_int, default=4, help="MPIJobs reconciled at once")
+    p.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side limit of API calls/s")
+    p.add_argument("--kube-api-burst", type=_positive_int, default=100, help="burst of API calls")
+    p.add_argument("--resync-period", type=float, default=300.0,
+                   help="seconds between re-deliveries of every cached MPIJob (0: never)")
+    p.add_argument("--metrics-bind-address", type=_bind_address, default=":8080",
+                   help="where /metrics is served ([host]:port, 0 to disable)")
+    p.add_argument("--health-probe-bind-address", type=_bind_address, default=":8081",
+                   help="where /healthz and /readyz are served ([host]:port, 0 to disable)")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="elect one active replica through a coordination.k8s.io Lease")
+    p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE") or "mpi-operator")
+    p.add_argument("--leader-election-id", default="mpi-operator", help="name of the Lease")
+    p.add_argument("--cluster-domain", default="",
+                   help="appended to worker DNS names in the hostfile, e.g. cluster.local (default: none)")
+    p.add_argument("--controller-name", default="kubeflow.org/mpi-operator",
+                   help="runPolicy.managedBy value this operator acts on")
+    p.add_argument("--log-format", choices=("json", "console"), default="console")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--queue-qps", type=float, default=10.0, help="overall retry rate of the work queue")
+    p.add_argument("--queue-burst", type=_positive_int, default=100)
+    return p
+
+
+def parse(argv: list[str] | None = None) -> Options:
+    a = parser().parse_args(argv)
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return Options(
+        kubeconfig=a.kubeconfig,
+        worker_backend=a.worker_backend,
+        namespace=a.namespace,
+        threadiness=a.threadiness,
+        kube_api_qps=a.kube_api_qps,
+        kube_api_burst=a.kube_api_burst,
+        resync_period=a.resync_period,
+        metrics_bind_address=a.metrics_bind_address,
+        health_probe_bind_address=a.health_probe_bind_address,
+        leader_elect=a.leader_elect,
+        leader_election_namespace=a.leader_election_namespace,
+        leader_election_id=a.leader_election_id,
+        identity=identity,
+        cluster_domain=a.cluster_domain,
+        controller_name=a.controller_name,
+        log_format=a.log_format,
+        log_level=a.log_level,
+        queue_qps=a.queue_qps,
+        queue_burst=a.queue_burst,
+    )
+
+
+def split_bind(address: str) -> tuple[str, int] | None:
+    """":8080" -> ("0.0.0.0", 8080); "0" -> None (disabled)."""
+    if address == "0":
+        return None
+    host, _, port = address.rpartition(":")
+    return (host or "0.0.0.0", int(port))

@@ -1,0 +1,182 @@
+"""Applies a Plan to the API server: the only place the controller writes.
+
+Transient failures (409 Conflict, 429, 5xx, dropped connections) are retried with tenacity;
+a create that meets AlreadyExists, a delete that meets NotFound, or a delete whose uid
+precondition fails, count as done (a stale cache or a racing replica already did it). Anything
+else is raised, and the work queue retries the MPIJob with backoff.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import tenacity
+import urllib3
+
+from controller import logs, metrics
+from informers.resources import EVENTS, MPIJOBS, resource_for
+from informers.rest import ApiError, RestClient
+from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
+
+log = logs.get("executor")
+MERGE_PATCH = "application/merge-patch+json"
+RETRIABLE_STATUS = {409, 429, 500, 502, 503, 504}
+
+
+class NotLeader(Exception):
+    """This replica lost its Lease: it must not write."""
+
+
+class ForeignObject(Exception):
+    """A child's name is taken by an object this MPIJob does not control."""
+
+
+def _retriable(e: BaseException) -> bool:
+    if isinstance(e, ApiError):
+        return e.status in RETRIABLE_STATUS and e.reason != "AlreadyExists"
+    return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def _wait(retry_state: tenacity.RetryCallState) -> float:
+    e = retry_state.outcome.exception() if retry_state.outcome else None
+    if isinstance(e, ApiError) and e.retry_after:
+        return min(e.retry_after, 10.0)
+    return tenacity.wait_exponential_jitter(initial=0.1, max=5.0)(retry_state)
+
+
+retrying = tenacity.retry(
+    retry=tenacity.retry_if_exception(_retriable),
+    wait=_wait,
+    stop=tenacity.stop_after_attempt(5),
+    reraise=True,
+)
+
+
+@dataclass
+class Result:
+    """What the writes returned, for expectations: (resource, ns, name) -> resourceVersion / gone."""
+
+    written: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    gone: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
+    mpijob: dict | None = None  # the MPIJob as the status write returned it
+    warnings: list[Event] = field(default_factory=list)
+
+
+class Executor:
+    def __init__(self, client: RestClient, is_leader: Callable[[], bool], component: str, instance: str) -> None:
+        self.client, self.is_leader = client, is_leader
+        self.component, self.instance = component, instance
+
+    def _call(self, method: str, path: str, **kw) -> dict:
+        if not self.is_leader():
+            raise NotLeader(f"{method} {path}")
+        return retrying(self.client.request)(method, path, **kw)
+
+    def apply(self, mpijob: dict, plan: Plan) -> Result:
+        res = Result()
+        for c in plan.creates:
+            self._create(mpijob, c, res)
+        for p in plan.patches:
+            self._patch(p, res)
+        for d in plan.deletes:
+            self._delete(d, res)
+        if plan.status is not None:
+            self._status(mpijob, plan.status, res)
+        for ev in [*plan.events, *res.warnings]:
+            self.event(mpijob, ev)
+        if plan.delete_mpijob:
+            meta = mpijob["metadata"]
+            self._delete(Delete(Ref("kubeflow.org/v2beta1", "MPIJob", meta["namespace"], meta["name"]),
+                                uid=meta.get("uid"), reason="ttlSecondsAfterFinished"), res)
+        return res
+
+    def _create(self, mpijob: dict, c: Create, res: Result) -> None:
+        obj = c.obj
+        meta = obj["metadata"]
+        r = resource_for(obj["apiVersion"], obj["kind"])
+        key = (r.plural, meta.get("namespace", ""), meta["name"])
+        metrics.api_writes.labels("create", obj["kind"]).inc()
+        try:
+            out = self._call("POST", r.path(meta.get("namespace")), body=obj)
+        except ApiError as e:
+            if e.reason != "AlreadyExists":
+                raise
+            # Ours and the cache is behind, or someone else's: look before going on.
+            current = self._call("GET", r.path(meta.get("namespace"), meta["name"]))
+            owners = current.get("metadata", {}).get("ownerReferences") or []
+            if not any(o.get("controller") and o.get("uid") == mpijob["metadata"]["uid"] for o in owners):
+                raise ForeignObject(
+                    f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and is not controlled by this "
+                    "MPIJob; delete or rename it, or rename the MPIJob"
+                ) from e
+            out = current
+        log.info("created", kind=obj["kind"], name=meta["name"])
+        res.written[key] = out["metadata"]["resourceVersion"]
+
+    def _patch(self, p: Patch, res: Result) -> None:
+        r = resource_for(p.ref.api_version, p.ref.kind)
+        metrics.api_writes.labels("patch", p.ref.kind).inc()
+        out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch, content_type=MERGE_PATCH)
+        log.info("patched", kind=p.ref.kind, name=p.ref.name, why=p.reason)
+        res.written[(r.plural, p.ref.namespace, p.ref.name)] = out["metadata"]["resourceVersion"]
+
+    def _delete(self, d: Delete, res: Result) -> None:
+        r = resource_for(d.ref.api_version, d.ref.kind)
+        body: dict = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": d.propagation}
+        if d.uid:
+            body["preconditions"] = {"uid": d.uid}
+        metrics.api_writes.labels("delete", d.ref.kind).inc()
+        try:
+            self._call("DELETE", r.path(d.ref.namespace, d.ref.name), body=body)
+        except ApiError as e:
+            # NotFound: already gone. Conflict on the uid precondition: a namesake, not ours to delete.
+            if e.status == 404 or (e.status == 409 and d.uid and "precondition" in e.message.lower()):
+                return
+            raise
+        log.info("deleted", kind=d.ref.kind, name=d.ref.name, why=d.reason)
+        res.gone[(r.plural, d.ref.namespace, d.ref.name)] = d.uid
+
+    def _status(self, mpijob: dict, status: dict, res: Result) -> None:
+        meta = mpijob["metadata"]
+        metrics.api_writes.labels("patch", "MPIJob/status").inc()
+        # A merge patch replaces lists whole: conditions are always sent complete.
+        out = self._call("PATCH", MPIJOBS.path(meta["namespace"], meta["name"], "status"),
+                         body={"status": status}, content_type=MERGE_PATCH)
+        res.mpijob = out
+        res.written[(MPIJOBS.plural, meta["namespace"], meta["name"])] = out["metadata"]["resourceVersion"]
+
+    def event(self, mpijob: dict, ev: Event) -> None:
+        """Records a core/v1 Event on the MPIJob. Best effort: a lost Event never fails a reconcile."""
+        meta = mpijob["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": mpijob.get("apiVersion", "kubeflow.org/v2beta1"),
+                "kind": "MPIJob",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": ev.type,
+            "reason": ev.reason,
+            "message": ev.message[:1024],
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._call("POST", EVENTS.path(meta["namespace"]), body=body)
+        except NotLeader:
+            raise
+        except Exception as e:
+            log.warning("recording an Event failed", reason=ev.reason, error=str(e))

@@ -1,0 +1,18 @@
+"""The operator's Prometheus metrics (names as the Kubeflow MPI Operator exports them)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+jobs_created = Counter("mpi_operator_jobs_created", "MPIJobs whose children the operator created")
+jobs_successful = Counter("mpi_operator_jobs_successful", "MPIJobs that ended Succeeded")
+jobs_failed = Counter("mpi_operator_jobs_failed", "MPIJobs that ended Failed")
+job_info = Gauge("mpi_operator_job_info", "One series per MPIJob the operator runs", ["launcher", "namespace"])
+is_leader = Gauge("mpi_operator_is_leader", "1 while this replica holds the leader Lease")
+reconcile_duration = Histogram(
+    "mpi_operator_reconcile_duration_seconds",
+    "Time to plan and apply one MPIJob",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+reconcile_errors = Counter("mpi_operator_reconcile_errors", "Reconciles that ended in an error", ["reason"])
+api_writes = Counter("mpi_operator_api_writes", "Writes the executor sent", ["verb", "kind"])

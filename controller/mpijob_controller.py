@@ -1,0 +1,236 @@
+"""The MPIJob controller: informer events -> work queue -> plan (pure) -> executor.
+
+Every child (Service, ConfigMap, Secret, Jobs, StatefulSet) carries a controller ownerReference
+to its MPIJob and pods carry the MPIJob's name as a label, so each event maps to the key
+"<namespace>/<mpijob>" of the one MPIJob to reconcile. A key is never worked by two threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import structlog
+from informers.factory import InformerFactory
+from informers.transforms import slim_pod, strip_managed_fields
+from reconcilers.plan import plan as make_plan
+
+from controller import logs, metrics, sshkeys
+from controller.config import Options
+from controller.executor import Executor, ForeignObject, NotLeader
+from controller.expectations import Expectations
+from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from informers.resources import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, STATEFULSETS
+from informers.rest import ApiError
+from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
+from reconcilers import names
+from reconcilers.types import Config, Event, Inputs, Observed
+
+log = logs.get("controller")
+OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
+POD_INDEX = "mpijob"
+EVENT_METRICS = {
+    "MPIJobCreated": metrics.jobs_created,
+    "MPIJobSucceeded": metrics.jobs_successful,
+    "MPIJobFailed": metrics.jobs_failed,
+}
+
+
+def _pod_owner(pod: dict) -> list[str]:
+    meta = pod.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+    return [f"{meta.get('namespace')}/{job}"] if job else []
+
+
+def _unwrap(obj: object) -> dict:
+    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj  # type: ignore[return-value]
+
+
+class MPIJobController:
+    def __init__(
+        self,
+        opts: Options,
+        factory: InformerFactory,
+        executor: Executor,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        keygen: Callable = sshkeys.generate,
+    ) -> None:
+        self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
+        self.config = Config(
+            worker_backend=opts.worker_backend,  # type: ignore[arg-type]
+            cluster_domain=opts.cluster_domain,
+            controller_name=opts.controller_name,
+        )
+        self.queue = RateLimitingQueue(
+            "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
+        )
+        self.expectations = Expectations()
+        self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields)
+        self.jobs = factory.informer_for(JOBS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
+        self.statefulsets = (
+            factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
+            if opts.worker_backend == "statefulset"
+            else None
+        )
+        self.services = factory.informer_for(SERVICES, label_selector=OPERATOR_SELECTOR,
+                                             transform=strip_managed_fields)
+        self.config_maps = factory.informer_for(CONFIGMAPS, label_selector=OPERATOR_SELECTOR,
+                                                transform=strip_managed_fields)
+        self.secrets = factory.informer_for(SECRETS, label_selector=OPERATOR_SELECTOR,
+                                            transform=strip_managed_fields)
+        self.pods = factory.informer_for(PODS, label_selector=OPERATOR_SELECTOR, transform=slim_pod)
+        self.pods.add_indexers({POD_INDEX: _pod_owner})
+        self.stores = {
+            MPIJOBS.plural: self.mpijobs.store,
+            JOBS.plural: self.jobs.store,
+            SERVICES.plural: self.services.store,
+            CONFIGMAPS.plural: self.config_maps.store,
+            SECRETS.plural: self.secrets.store,
+            PODS.plural: self.pods.store,
+        }
+        if self.statefulsets is not None:
+            self.stores[STATEFULSETS.plural] = self.statefulsets.store
+
+        self.mpijobs.add_event_handler(
+            on_add=self._enqueue_mpijob,
+            on_update=lambda old, new: self._enqueue_mpijob(new),
+            on_delete=self._mpijob_deleted,
+        )
+        for inf in self._children():
+            enqueue = self._enqueue_pod_owner if inf is self.pods else self._enqueue_owner
+            inf.add_event_handler(
+                on_add=enqueue,
+                on_update=lambda old, new, enqueue=enqueue: enqueue(new),
+                on_delete=lambda obj, enqueue=enqueue: enqueue(_unwrap(obj)),
+            )
+        self._threads: list[threading.Thread] = []
+
+    def _children(self) -> list:
+        infs = [self.jobs, self.services, self.config_maps, self.secrets, self.pods]
+        return infs + ([self.statefulsets] if self.statefulsets else [])
+
+    # ------------------------------------------------------------------ event handlers
+    def _enqueue_mpijob(self, obj: dict) -> None:
+        self.queue.add(meta_namespace_key(obj))
+
+    def _mpijob_deleted(self, obj: object) -> None:
+        obj = _unwrap(obj)
+        key = meta_namespace_key(obj)
+        self.expectations.forget(key)
+        with contextlib.suppress(KeyError):
+            metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
+        self.queue.add(key)
+
+    def _enqueue_owner(self, obj: dict) -> None:
+        owner = names.owner_key(obj)
+        if owner:
+            self.queue.add(owner)
+
+    def _enqueue_pod_owner(self, pod: dict) -> None:
+        for key in _pod_owner(pod):
+            self.queue.add(key)
+
+    # ------------------------------------------------------------------ workers
+    def run_workers(self) -> None:
+        for i in range(self.opts.threadiness):
+            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("workers started", threads=self.opts.threadiness, backend=self.opts.worker_backend)
+
+    def shutdown(self, timeout: float = 20.0) -> None:
+        self.queue.shutdown()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _worker(self) -> None:
+        while True:
+            key, shutting_down = self.queue.get()
+            if shutting_down:
+                return
+            try:
+                self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        structlog.contextvars.bind_contextvars(mpijob=key)
+        started = time.perf_counter()
+        try:
+            self.sync(key)
+            self.queue.forget(key)
+        except NotLeader:
+            log.warning("not the leader any more: dropping the reconcile")
+        except ForeignObject as e:
+            metrics.reconcile_errors.labels("ResourceExists").inc()
+            log.warning("a child's name is taken", error=str(e))
+            mpijob = self.mpijobs.store.get(key)
+            if mpijob:
+                self.executor.event(mpijob, Event("Warning", "ResourceExists", str(e)))
+            self.queue.add_rate_limited(key)
+        except Exception as e:
+            metrics.reconcile_errors.labels(type(e).__name__).inc()
+            log.error("reconcile failed; retrying with backoff", error=str(e),
+                      retries=self.queue.num_requeues(key), exc_info=not isinstance(e, ApiError))
+            self.queue.add_rate_limited(key)
+        finally:
+            metrics.reconcile_duration.observe(time.perf_counter() - started)
+            structlog.contextvars.unbind_contextvars("mpijob")
+
+    # ------------------------------------------------------------------ one reconcile
+    def sync(self, key: str) -> None:
+        mpijob = self.mpijobs.store.get(key)
+        if mpijob is None:
+            self.expectations.forget(key)
+            return
+        if not self._caught_up(key):
+            log.debug("waiting for the cache to show our writes", pending=len(self.expectations.pending(key)))
+            self.queue.add_after(key, 5.0)  # safety net; the informer event normally comes first
+            return
+        metrics.job_info.labels(names.launcher_name(mpijob), split_key(key)[0]).set(1)
+        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen)
+        plan = make_plan(inputs)
+        if plan.writes or plan.events:
+            log.debug("applying plan", creates=len(plan.creates), patches=len(plan.patches),
+                      deletes=len(plan.deletes), status=plan.status is not None, events=len(plan.events))
+            result = self.executor.apply(mpijob, plan)
+            for ok, rv in result.written.items():
+                self.expectations.expect_object(key, ok, rv)
+            for ok, uid in result.gone.items():
+                if ok[0] != MPIJOBS.plural:
+                    self.expectations.expect_gone(key, ok, uid)
+            for ev in plan.events:
+                if ev.reason in EVENT_METRICS:
+                    EVENT_METRICS[ev.reason].inc()
+                log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
+        if plan.requeue_after is not None:
+            self.queue.add_after(key, max(plan.requeue_after, 0.0))
+
+    def _caught_up(self, key: str) -> bool:
+        for ok in self.expectations.pending(key):
+            store = self.stores.get(ok[0])
+            cached = store.get(f"{ok[1]}/{ok[2]}") if store is not None else None
+            self.expectations.observe(key, ok, cached)
+        return self.expectations.satisfied(key)
+
+    def observed(self, mpijob: dict) -> Observed:
+        meta = mpijob["metadata"]
+        ns = meta["namespace"]
+
+        def get(store_name: str, name: str) -> dict | None:
+            store = self.stores.get(store_name)
+            return store.get(f"{ns}/{name}") if store is not None else None
+
+        workers_store = "statefulsets" if self.opts.worker_backend == "statefulset" else "jobs"
+        return Observed(
+            service=get("services", names.service_name(mpijob)),
+            config_map=get("configmaps", names.config_map_name(mpijob)),
+            secret=get("secrets", names.secret_name(mpijob)),
+            launcher=get("jobs", names.launcher_name(mpijob)),
+            workers=get(workers_store, names.worker_name(mpijob)),
+            pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
+        )

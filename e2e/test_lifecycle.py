@@ -1,0 +1,193 @@
+"""Every MPIJob lifecycle of DESIGN.md section 1, end to end on the local cluster, for both worker
+backends: the operator runs as a separate process with the ServiceAccount of manifests/, the
+Job, StatefulSet and garbage-collector controllers of kube-controller-manager do the rest, and
+kwok plays the pods (annotations steer how long a launcher runs and how it exits)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import (
+    JOB_NAME,
+    OPERATOR_LABEL,
+    apply,
+    conditions,
+    events,
+    get,
+    items,
+    live,
+    mpijob,
+    pods,
+    wait_condition,
+)
+
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def workers_kind(backend: str) -> str:
+    return "statefulset" if backend == "statefulset" else "job"
+
+
+def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", workers=3, slots=2, launcher_runs="4s"))
+    wait_condition(kubectl, namespace, "pi", "Created")
+
+    labels = {JOB_NAME: "pi", OPERATOR_LABEL: "mpi-operator"}
+    cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap")
+    assert cm["data"]["hostfile"].split("\n")[:3] == [
+        f"pi-worker-{i}.pi.{namespace}.svc slots=2" for i in range(3)
+    ]
+    secret = get(kubectl, namespace, "secret", "pi-ssh")
+    assert secret["type"] == "kubernetes.io/ssh-auth" and "ssh-privatekey" in secret["data"]
+    svc = get(kubectl, namespace, "service", "pi")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    workers = get(kubectl, namespace, workers_kind(backend), "pi-worker")
+    for obj in (cm, secret, svc, workers):
+        assert labels.items() <= obj["metadata"]["labels"].items(), obj["metadata"]
+        (owner,) = [o for o in obj["metadata"]["ownerReferences"] if o.get("controller")]
+        assert (owner["kind"], owner["name"]) == ("MPIJob", "pi")
+
+    # Workers Ready before the launcher exists (WaitForWorkersReady), with stable names.
+    ready = wait_until(lambda: [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+                                if any(c["type"] == "Ready" and c["status"] == "True"
+                                       for c in p["status"].get("conditions", []))], 60, what="workers")
+    wait_until(lambda: len(live(pods(kubectl, namespace, "pi", "worker"))) == 3, 60, what="3 workers")
+    ws = live(pods(kubectl, namespace, "pi", "worker"))
+    assert sorted(p["spec"]["hostname"] for p in ws) == [f"pi-worker-{i}" for i in range(3)]
+    assert {p["spec"]["subdomain"] for p in ws} == {"pi"}
+    assert ready
+    launcher = wait_until(lambda: get(kubectl, namespace, "job", "pi-launcher"), 60, what="launcher Job")
+    launcher_created = launcher["metadata"]["creationTimestamp"]
+    assert all(p["metadata"]["creationTimestamp"] <= launcher_created for p in ws)
+    lp = wait_until(lambda: pods(kubectl, namespace, "pi", "launcher"), 30, what="launcher pod")[0]
+    assert lp["spec"]["hostname"] == "pi-launcher" and lp["spec"]["subdomain"] == "pi"
+
+    done = wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+    assert done["reason"]
+    status = get(kubectl, namespace, "mpijob", "pi")["status"]
+    assert status.get("startTime") and status.get("completionTime")
+    assert "Running" in {c["type"] for c in status["conditions"]}, status["conditions"]
+    assert status["replicaStatuses"]["Launcher"].get("succeeded") == 1
+    # cleanPodPolicy Running: no worker keeps running.
+    wait_until(lambda: not live(pods(kubectl, namespace, "pi", "worker")), 60, what="workers stopped")
+    reasons = {e["reason"] for e in events(kubectl, namespace, "pi")}
+    assert {"MPIJobCreated", "MPIJobSucceeded"} <= reasons, reasons
+    assert operator.metric("mpi_operator_jobs_successful_total") >= 1
+    assert operator.metric("mpi_operator_jobs_created_total") >= 1
+
+
+def test_launcher_fails_until_backoff_limit(kubectl, operator, namespace, backend):
+    job = mpijob("bad", launcher_runs="1s", launcher_exit=1, run_policy={"backoffLimit": 1})
+    apply(kubectl, namespace, job)
+    failed = wait_condition(kubectl, namespace, "bad", "Failed", timeout=120)
+    assert failed["reason"] == "BackoffLimitExceeded", failed
+    launchers = pods(kubectl, namespace, "bad", "launcher")
+    assert len([p for p in launchers if p["status"].get("phase") == "Failed"]) == 2
+    wait_until(lambda: not live(pods(kubectl, namespace, "bad", "worker")), 60, what="workers stopped")
+    assert "Succeeded" not in conditions(kubectl, namespace, "bad") or \
+        conditions(kubectl, namespace, "bad")["Succeeded"]["status"] != "True"
+
+
+def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    victim = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-0"]
+    assert victim
+    kubectl("-n", namespace, "delete", "pod", victim[0]["metadata"]["name"], "--wait=false")
+    wait_condition(kubectl, namespace, "pi", "Restarting", timeout=60)
+
+    def back() -> bool:
+        ws = [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+              if p["metadata"]["uid"] != victim[0]["metadata"]["uid"] and p["spec"]["hostname"] == "pi-worker-0"]
+        return bool(ws)
+
+    wait_until(back, 60, what="worker 0 back under the same hostname")
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    assert conditions(kubectl, namespace, "pi")["Restarting"]["status"] == "False"
+
+
+def test_suspend_then_resume(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
+    wait_until(lambda: get(kubectl, namespace, workers_kind(backend), "pi-worker"), 30, what="workers object")
+    assert not live(pods(kubectl, namespace, "pi", "worker")) and not live(pods(kubectl, namespace, "pi", "launcher"))
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60, status="False")
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+
+
+def test_suspend_running_job_stops_every_pod(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
+    wait_until(lambda: not live(pods(kubectl, namespace, "pi", "worker"))
+               and not live(pods(kubectl, namespace, "pi", "launcher")), 60, what="every pod stopped")
+
+
+def test_active_deadline_fails_the_job(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("slow", launcher_runs=None, run_policy={"activeDeadlineSeconds": 8}))
+    failed = wait_condition(kubectl, namespace, "slow", "Failed", timeout=90)
+    assert failed["reason"] == "DeadlineExceeded", failed
+    wait_until(lambda: not live(pods(kubectl, namespace, "slow", "worker")), 60, what="workers stopped")
+
+
+def test_ttl_deletes_the_finished_job_and_children(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", launcher_runs="2s", run_policy={"ttlSecondsAfterFinished": 3}))
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+    wait_until(lambda: get(kubectl, namespace, "mpijob", "pi") is None, 60, what="MPIJob deleted by TTL")
+    wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config") is None, 60, what="children collected")
+
+
+def test_deleting_the_mpijob_collects_every_child(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    kubectl("-n", namespace, "delete", "mpijob", "pi", "--wait=false")
+
+    def gone() -> bool:
+        left = [f"{k}/{o['metadata']['name']}" for k in ("configmap", "secret", "service", "job", "statefulset")
+                for o in items(kubectl, namespace, k, f"{JOB_NAME}=pi")]
+        left += [p["metadata"]["name"] for p in live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi"))]
+        return not left
+
+    wait_until(gone, 90, what="children garbage-collected")
+
+
+def test_drift_is_repaired(kubectl, operator, namespace, backend):
+    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs=None))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    old = get(kubectl, namespace, "configmap", "pi-config")
+    kubectl("-n", namespace, "delete", "configmap", "pi-config")
+    cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap recreated")
+    assert cm["metadata"]["uid"] != old["metadata"]["uid"] and cm["data"]["hostfile"] == old["data"]["hostfile"]
+
+    if backend == "statefulset":
+        kubectl("-n", namespace, "scale", "statefulset", "pi-worker", "--replicas=5")
+        field = "replicas"
+    else:
+        kubectl("-n", namespace, "patch", "job", "pi-worker", "--type=merge", "-p", '{"spec":{"parallelism":5}}')
+        field = "parallelism"
+    wait_until(lambda: get(kubectl, namespace, workers_kind(backend), "pi-worker")["spec"][field] == 2, 30,
+               what=f"{field} restored to 2")
+    wait_until(lambda: len(live(pods(kubectl, namespace, "pi", "worker"))) == 2, 60, what="2 workers")
+
+
+def test_invalid_spec_rejected_at_admission(kubectl, crd, namespace):
+    job = mpijob("two-launchers")
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2
+    r = kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job), check=False)
+    assert r.returncode != 0 and "Launcher" in r.stderr, r.stderr
+
+
+def test_invalid_spec_beyond_the_schema_is_failed_with_event(kubectl, operator, namespace, backend):
+    job = mpijob("nocontainers")
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] = []
+    apply(kubectl, namespace, job)
+    failed = wait_condition(kubectl, namespace, "nocontainers", "Failed", timeout=60)
+    assert failed["reason"] == "InvalidSpec" and "Worker" in failed["message"], failed
+    evs = [e for e in events(kubectl, namespace, "nocontainers") if e["reason"] == "InvalidSpec"]
+    assert evs and evs[0]["type"] == "Warning" and "containers" in evs[0]["message"], evs
+    assert not items(kubectl, namespace, "configmap", f"{JOB_NAME}=nocontainers")

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Writes a kubeconfig that authenticates as the operator's ServiceAccount (manifests/rbac), so
+# that the operator runs locally with exactly the least-privilege ClusterRole users deploy:
+#   hack/operator-kubeconfig.sh [out]     (default: $CLUSTER_DIR/operator.kubeconfig)
+# Applies the CRD and manifests/rbac first. Needs the local cluster (hack/cluster-up.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+out=${1:-$CLUSTER_DIR/operator.kubeconfig}
+k() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
+
+k apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
+k apply -k "$root/manifests/rbac" >/dev/null
+k wait --for=condition=Established crd/mpijobs.kubeflow.org --timeout=60s >/dev/null
+token=$(k -n mpi-operator create token mpi-operator --duration=24h)
+server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+umask 077
+cat >"$out" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $server
+    certificate-authority: $CLUSTER_DIR/pki/ca.crt
+users:
+- name: mpi-operator
+  user:
+    token: $token
+contexts:
+- name: mpi-operator
+  context: {cluster: local, user: mpi-operator, namespace: default}
+current-context: mpi-operator
+KC
+echo "$out"
