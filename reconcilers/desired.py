@@ -1,0 +1,362 @@
+"""The desired children of an MPIJob (DESIGN.md section 1), for both worker backends.
+
+Every builder takes the MPIJob *after* `defaults.with_defaults` and validation, and returns a complete
+object (apiVersion, kind, metadata with labels and the controller ownerReference). Nothing here reads
+a clock or does I/O. The worker and launcher objects carry the annotation TEMPLATE_HASH_ANNOTATION:
+a hash of the pod template as rendered here, which `diff` compares instead of the API server's
+defaulted copy of the template.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+
+from reconcilers import names as n
+from reconcilers.defaults import LAUNCHER, WORKER
+from reconcilers.types import Config, Obj, SSHKey
+
+HOSTFILE_DIR = "/etc/mpi"
+HOSTFILE_PATH = f"{HOSTFILE_DIR}/hostfile"
+DISCOVER_HOSTS = "discover_hosts.sh"
+SSH_VOLUME = "ssh-auth"
+CONFIG_VOLUME = "mpi-job-config"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+# A lost worker of the Job backend must be replaced, never fail the worker Job.
+WORKER_JOB_BACKOFF_LIMIT = 2**31 - 1
+SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
+
+
+def owner_reference(mpijob: Obj) -> Obj:
+    return {
+        "apiVersion": n.API_VERSION,
+        "kind": n.KIND,
+        "name": n.job_name(mpijob),
+        "uid": mpijob.get("metadata", {}).get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(mpijob: Obj, name: str, role: str | None = None) -> Obj:
+    return {
+        "name": name,
+        "namespace": n.job_namespace(mpijob),
+        "labels": n.job_labels(mpijob, role),
+        "ownerReferences": [owner_reference(mpijob)],
+    }
+
+
+def _spec(mpijob: Obj) -> Obj:
+    return mpijob["spec"]
+
+
+def worker_replicas(mpijob: Obj) -> int:
+    w = _spec(mpijob)["mpiReplicaSpecs"].get(WORKER)
+    return int(w.get("replicas") or 0) if isinstance(w, dict) else 0
+
+
+def template_hash(template: Obj) -> str:
+    return hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
+
+
+# -- hostfile -------------------------------------------------------------------------------------
+
+
+def worker_fqdns(mpijob: Obj, config: Config) -> list[str]:
+    """The DNS names worker pods get with either backend, in index order."""
+    return [n.pod_fqdn(mpijob, n.worker_hostname(mpijob, i), config.cluster_domain)
+            for i in range(worker_replicas(mpijob))]
+
+
+def launcher_fqdn(mpijob: Obj, config: Config) -> str:
+    return n.pod_fqdn(mpijob, n.launcher_name(mpijob), config.cluster_domain)
+
+
+def hostfile(mpijob: Obj, config: Config) -> str:
+    """One line per host: `host slots=N` (Open MPI) or `host:N` (Intel MPI, MPICH); the launcher
+    first when runLauncherAsWorker."""
+    spec = _spec(mpijob)
+    slots = spec["slotsPerWorker"]
+    hosts = worker_fqdns(mpijob, config)
+    if spec.get("runLauncherAsWorker"):
+        hosts = [launcher_fqdn(mpijob, config), *hosts]
+    fmt = "{} slots={}" if spec["mpiImplementation"] == "OpenMPI" else "{}:{}"
+    return "".join(fmt.format(h, slots) + "\n" for h in hosts)
+
+
+def _hostname_index(hostname: str) -> tuple[int, str]:
+    tail = hostname.rsplit("-", 1)[-1]
+    return (int(tail), hostname) if tail.isdigit() else (1 << 62, hostname)
+
+
+def pod_hostname(pod: Obj) -> str:
+    """The hostname a pod got: spec.hostname (Job backend, launcher) or its name (StatefulSet)."""
+    spec = pod.get("spec") or {}
+    return spec.get("hostname") or (pod.get("metadata") or {}).get("name", "")
+
+
+def is_pod_active(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and not (pod.get("metadata") or {}).get(
+        "deletionTimestamp")
+
+
+def pod_role(pod: Obj) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(n.JOB_ROLE_LABEL)
+
+
+def discover_hosts(mpijob: Obj, pods: list[Obj], config: Config) -> str:
+    """A shell script printing the hosts of the workers that run now (for elastic Horovod)."""
+    lines = ["#!/bin/sh"]
+    if _spec(mpijob).get("runLauncherAsWorker"):
+        lines.append(f"echo {launcher_fqdn(mpijob, config)}")
+    prefix = n.worker_name(mpijob) + "-"
+    hostnames = {pod_hostname(p) for p in pods if pod_role(p) == n.ROLE_WORKER and is_pod_active(p)}
+    count = worker_replicas(mpijob)
+    for h in sorted(hostnames, key=_hostname_index):
+        if h.startswith(prefix) and _hostname_index(h)[0] < count:
+            lines.append(f"echo {n.pod_fqdn(mpijob, h, config.cluster_domain)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- shared objects -------------------------------------------------------------------------------
+
+
+def config_map(mpijob: Obj, config: Config, pods: list[Obj] | None = None) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(mpijob, n.config_map_name(mpijob)),
+        "data": {"hostfile": hostfile(mpijob, config), DISCOVER_HOSTS: discover_hosts(mpijob, pods or [], config)},
+    }
+
+
+def secret(mpijob: Obj, key: SSHKey) -> Obj:
+    def b64(s: str) -> str:
+        return base64.b64encode(s.encode()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(mpijob, n.secret_name(mpijob)),
+        "type": "kubernetes.io/ssh-auth",
+        "data": {"ssh-privatekey": b64(key.private_pem), "ssh-publickey": b64(key.public_openssh)},
+    }
+
+
+def service(mpijob: Obj) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(mpijob, n.service_name(mpijob)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {n.JOB_NAME_LABEL: n.job_name(mpijob)},
+        },
+    }
+
+
+# -- pod templates --------------------------------------------------------------------------------
+
+
+def _ssh_volume(mpijob: Obj) -> Obj:
+    path = _spec(mpijob)["sshAuthMountPath"]
+    vol: Obj = {
+        "secretName": n.secret_name(mpijob),
+        "items": [
+            {"key": "ssh-privatekey", "path": "id_rsa"},
+            {"key": "ssh-publickey", "path": "id_rsa.pub"},
+            {"key": "ssh-publickey", "path": "authorized_keys"},
+        ],
+    }
+    # As upstream: 0600 where sshd runs as root; otherwise the default mode, readable by a non-root
+    # user (the files are owned by root, and the image's sshd must not insist on 0600).
+    if path.rstrip("/") == "/root/.ssh":
+        vol["defaultMode"] = 0o600
+    return {"name": SSH_VOLUME, "secret": vol}
+
+
+def _config_volume(mpijob: Obj) -> Obj:
+    return {
+        "name": CONFIG_VOLUME,
+        "configMap": {
+            "name": n.config_map_name(mpijob),
+            "items": [
+                {"key": "hostfile", "path": "hostfile", "mode": 0o444},
+                {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": 0o555},
+            ],
+        },
+    }
+
+
+def _add_env(container: Obj, env: list[tuple[str, str]]) -> None:
+    """Adds variables the user did not set (a user's own value wins)."""
+    existing = container.setdefault("env", [])
+    have = {e.get("name") for e in existing if isinstance(e, dict)}
+    for name, value in env:
+        if name not in have:
+            existing.append({"name": name, "value": value})
+
+
+def _add_mount(container: Obj, name: str, path: str) -> None:
+    mounts = container.setdefault("volumeMounts", [])
+    if not any(isinstance(m, dict) and m.get("name") == name for m in mounts):
+        mounts.append({"name": name, "mountPath": path})
+
+
+def _add_volume(pod_spec: Obj, volume: Obj) -> None:
+    volumes = pod_spec.setdefault("volumes", [])
+    if not any(isinstance(v, dict) and v.get("name") == volume["name"] for v in volumes):
+        volumes.append(volume)
+
+
+def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[Obj, Obj]:
+    rs = _spec(mpijob)["mpiReplicaSpecs"][rtype]
+    template = copy.deepcopy(rs.get("template") or {})
+    meta = template.setdefault("metadata", {}) or {}
+    template["metadata"] = meta
+    meta.pop("name", None)
+    meta.pop("namespace", None)
+    meta["labels"] = {**(meta.get("labels") or {}), **n.job_labels(mpijob, role)}
+    spec = template.setdefault("spec", {})
+    dns = spec.setdefault("dnsConfig", {}) or {}
+    spec["dnsConfig"] = dns
+    search = f"{n.service_name(mpijob)}.{n.job_namespace(mpijob)}.svc." + (
+        config.cluster_domain.strip(".") or DEFAULT_CLUSTER_DOMAIN)
+    searches = dns.setdefault("searches", []) or []
+    dns["searches"] = searches
+    if search not in searches:
+        searches.append(search)
+    if spec.get("hostNetwork"):
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    _add_volume(spec, _ssh_volume(mpijob))
+    container = spec["containers"][0]
+    _add_mount(container, SSH_VOLUME, _spec(mpijob)["sshAuthMountPath"])
+    return template, container
+
+
+def worker_template(mpijob: Obj, config: Config) -> Obj:
+    template, container = _base_template(mpijob, config, WORKER, n.ROLE_WORKER)
+    spec = template["spec"]
+    if config.worker_backend == "statefulset":
+        spec["restartPolicy"] = "Always"  # the only policy a StatefulSet allows
+    else:
+        spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][WORKER].get("restartPolicy") or "Never"
+        spec["subdomain"] = n.service_name(mpijob)  # the Job controller sets hostname <job>-<index>
+    if not container.get("command") and not container.get("args"):
+        container["command"] = ["/usr/sbin/sshd", "-De"]
+    _add_env(container, [("K_MPI_JOB_ROLE", n.ROLE_WORKER)])
+    return template
+
+
+def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
+    spec = _spec(mpijob)
+    slots = str(spec["slotsPerWorker"])
+    env = [("K_MPI_JOB_ROLE", n.ROLE_LAUNCHER)]
+    impl = spec["mpiImplementation"]
+    if impl == "OpenMPI":
+        env += [
+            ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+            ("OMPI_MCA_orte_default_hostfile", HOSTFILE_PATH),
+            ("OMPI_MCA_plm_rsh_args", SSH_CONNECT_ARGS),
+            ("OMPI_MCA_orte_set_default_slots", slots),
+            # Open MPI 5 runs PRRTE, which ignores OMPI_MCA_orte_* (upstream issue #842). With the
+            # launcher in the hostfile, PRRTE must not keep FQDNs or it ssh-es to itself.
+            ("PRTE_MCA_prte_default_hostfile", HOSTFILE_PATH),
+            ("PRTE_MCA_prte_keep_fqdn_hostnames", "false" if spec.get("runLauncherAsWorker") else "true"),
+            ("PRTE_MCA_prte_set_default_slots", slots),
+            ("PRTE_MCA_plm_ssh_args", SSH_CONNECT_ARGS),
+        ]
+    elif impl == "Intel":
+        env += [
+            ("I_MPI_HYDRA_HOST_FILE", HOSTFILE_PATH),
+            ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", SSH_CONNECT_ARGS),
+            ("I_MPI_PERHOST", slots),
+        ]
+    else:  # MPICH
+        env += [("HYDRA_HOST_FILE", HOSTFILE_PATH), ("HYDRA_LAUNCH_EXTRA_ARGS", SSH_CONNECT_ARGS)]
+    if not spec.get("runLauncherAsWorker"):
+        # The launcher needs no GPU: hide the node's GPUs from it (as upstream does).
+        env += [("NVIDIA_VISIBLE_DEVICES", ""), ("NVIDIA_DRIVER_CAPABILITIES", "")]
+    return env
+
+
+def launcher_template(mpijob: Obj, config: Config) -> Obj:
+    template, container = _base_template(mpijob, config, LAUNCHER, n.ROLE_LAUNCHER)
+    spec = template["spec"]
+    spec["hostname"] = n.launcher_name(mpijob)
+    spec["subdomain"] = n.service_name(mpijob)
+    spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][LAUNCHER].get("restartPolicy") or "Never"
+    _add_env(container, launcher_env(mpijob))
+    _add_volume(spec, _config_volume(mpijob))
+    _add_mount(container, CONFIG_VOLUME, HOSTFILE_DIR)
+    return template
+
+
+# -- workers and launcher -------------------------------------------------------------------------
+
+
+def _with_hash(meta: Obj, template: Obj) -> Obj:
+    meta["annotations"] = {n.TEMPLATE_HASH_ANNOTATION: template_hash(template)}
+    return meta
+
+
+def workers(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
+    """StatefulSet or Indexed Job `<name>-worker`; `running=False` gives the stopped form
+    (replicas 0, or the Job suspended)."""
+    count = worker_replicas(mpijob)
+    template = worker_template(mpijob, config)
+    meta = _with_hash(_metadata(mpijob, n.worker_name(mpijob), n.ROLE_WORKER), template)
+    if config.worker_backend == "statefulset":
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": meta,
+            "spec": {
+                "replicas": count if running else 0,
+                "serviceName": n.service_name(mpijob),
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": n.job_labels(mpijob, n.ROLE_WORKER)},
+                "template": template,
+            },
+        }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            "backoffLimit": WORKER_JOB_BACKOFF_LIMIT,
+            # one pod per index at a time: a replacement waits until the old pod is gone, so one
+            # DNS name never points at two pods
+            "podReplacementPolicy": "Failed",
+            "suspend": not running,
+            "template": template,
+        },
+    }
+
+
+def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
+    """The launcher Job `<name>-launcher` (suspended when `running=False`). runPolicy's
+    ttlSecondsAfterFinished is *not* copied: the operator deletes the whole MPIJob when it runs out."""
+    template = launcher_template(mpijob, config)
+    rp = _spec(mpijob)["runPolicy"]
+    spec: Obj = {
+        "backoffLimit": rp["backoffLimit"],
+        "podReplacementPolicy": "Failed",
+        "suspend": not running,
+        "template": template,
+    }
+    if rp.get("activeDeadlineSeconds") is not None:
+        spec["activeDeadlineSeconds"] = rp["activeDeadlineSeconds"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _with_hash(_metadata(mpijob, n.launcher_name(mpijob), n.ROLE_LAUNCHER), template),
+        "spec": spec,
+    }

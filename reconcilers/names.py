@@ -1,0 +1,134 @@
+"""Names and labels of an MPIJob's children (DESIGN.md section 1).
+
+For an MPIJob `pi` in namespace `ns`: Service `pi`, ConfigMap `pi-config`, Secret `pi-ssh`,
+launcher Job `pi-launcher`, workers (StatefulSet or Indexed Job) `pi-worker`, whose pods get the
+hostnames `pi-worker-<i>` and the DNS names `pi-worker-<i>.pi.ns.svc[.<cluster domain>]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+OPERATOR_NAME = "mpi-operator"
+
+API_GROUP = "kubeflow.org"
+API_VERSION = "kubeflow.org/v2beta1"
+KIND = "MPIJob"
+
+ROLE_LAUNCHER = "launcher"
+ROLE_WORKER = "worker"
+
+# Annotation on the worker/launcher objects: a hash of the pod template the operator rendered, so
+# that template changes are detected without comparing against API-server-defaulted templates.
+TEMPLATE_HASH_ANNOTATION = "mpijob-operator.dev/template-hash"
+
+
+def _meta(job: Any) -> dict:
+    if isinstance(job, dict) and isinstance(job.get("metadata"), dict):
+        return job["metadata"]
+    return {}
+
+
+def job_name(job: Any) -> str:
+    name = _meta(job).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def job_namespace(job: Any) -> str:
+    ns = _meta(job).get("namespace")
+    return ns if isinstance(ns, str) and ns else "default"
+
+
+def service_name(job: Any) -> str:
+    return job_name(job)
+
+
+def config_map_name(job: Any) -> str:
+    return f"{job_name(job)}-config"
+
+
+def secret_name(job: Any) -> str:
+    return f"{job_name(job)}-ssh"
+
+
+def launcher_name(job: Any) -> str:
+    return f"{job_name(job)}-launcher"
+
+
+def worker_name(job: Any) -> str:
+    return f"{job_name(job)}-worker"
+
+
+def worker_hostname(job: Any, index: int) -> str:
+    return f"{worker_name(job)}-{index}"
+
+
+def pod_fqdn(job: Any, hostname: str, cluster_domain: str = "") -> str:
+    """`<hostname>.<job>.<ns>.svc[.<cluster_domain>]`: the name both worker backends give a pod."""
+    fqdn = f"{hostname}.{service_name(job)}.{job_namespace(job)}.svc"
+    domain = cluster_domain.strip(".") if cluster_domain else ""
+    return f"{fqdn}.{domain}" if domain else fqdn
+
+
+def child_names(mpijob: Any) -> dict[str, str]:
+    """The names of every child, keyed like the fields of `types.Observed`."""
+    return {
+        "service": service_name(mpijob),
+        "config_map": config_map_name(mpijob),
+        "secret": secret_name(mpijob),
+        "launcher": launcher_name(mpijob),
+        "workers": worker_name(mpijob),
+    }
+
+
+def job_labels(job: Any, role: str | None = None) -> dict[str, str]:
+    """Labels the operator puts on a child (and its pod template): job name, operator, role."""
+    labels = {JOB_NAME_LABEL: job_name(job), OPERATOR_NAME_LABEL: OPERATOR_NAME}
+    if role:
+        labels[JOB_ROLE_LABEL] = role
+    return labels
+
+
+def controller_ref(obj: Any) -> dict | None:
+    """The controller ownerReference of `obj` that points at an MPIJob, or None."""
+    refs = _meta(obj).get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller") is True
+            and ref.get("kind") == KIND
+            and isinstance(ref.get("apiVersion"), str)
+            and ref["apiVersion"].split("/")[0] == API_GROUP
+            and isinstance(ref.get("name"), str)
+        ):
+            return ref
+    return None
+
+
+def owner_key(obj: Any) -> str | None:
+    """"ns/name" of the MPIJob that controls `obj` (a controller ownerReference of kind MPIJob,
+    apiVersion kubeflow.org/*), or None. The namespace is the object's own: owners are namespaced
+    like their dependents."""
+    ref = controller_ref(obj)
+    if ref is None:
+        return None
+    ns = _meta(obj).get("namespace")
+    ns = ns if isinstance(ns, str) and ns else "default"
+    return f"{ns}/{ref['name']}"
+
+
+def is_controlled_by(obj: Any, mpijob: Any) -> bool:
+    """True when `obj`'s controller ownerReference names this MPIJob (and, if both have one, its uid)."""
+    ref = controller_ref(obj)
+    if ref is None or ref.get("name") != job_name(mpijob):
+        return False
+    obj_ns = _meta(obj).get("namespace")
+    if isinstance(obj_ns, str) and obj_ns and obj_ns != job_namespace(mpijob):
+        return False
+    uid = _meta(mpijob).get("uid")
+    return not (uid and ref.get("uid") and ref["uid"] != uid)

@@ -1,0 +1,156 @@
+"""MPIJob status: conditions, replicaStatuses, startTime, completionTime.
+
+Conditions follow the Kubeflow MPI Operator's `setCondition` rules:
+- setting a condition with the same status, reason and message is a no-op (no timestamp churn);
+- a changed reason or message keeps `lastTransitionTime` (the status did not change);
+- Running and Restarting exclude each other (setting one True removes the other);
+- Succeeded or Failed True turn an existing Running condition False and remove Restarting.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from reconcilers.types import Obj
+
+CREATED = "Created"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+CONDITION_TYPES = (CREATED, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+
+# reasons
+R_CREATED = "MPIJobCreated"
+R_RUNNING = "MPIJobRunning"
+R_RESTARTING = "MPIJobRestarting"
+R_SUSPENDED = "MPIJobSuspended"
+R_RESUMED = "MPIJobResumed"
+R_SUCCEEDED = "MPIJobSucceeded"
+R_FAILED = "MPIJobFailed"
+R_INVALID = "InvalidSpec"
+R_RESOURCE_EXISTS = "ResourceExists"
+R_DEADLINE = "DeadlineExceeded"
+
+
+def fmt_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: Any) -> datetime | None:
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        t = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def conditions_of(status: Any) -> list[Obj]:
+    conds = status.get("conditions") if isinstance(status, dict) else None
+    return [c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else []
+
+
+def get_condition(status: Any, ctype: str) -> Obj | None:
+    return next((c for c in conditions_of(status) if c.get("type") == ctype), None)
+
+
+def is_true(status: Any, ctype: str) -> bool:
+    c = get_condition(status, ctype)
+    return c is not None and c.get("status") == "True"
+
+
+def is_finished(status: Any) -> bool:
+    return is_true(status, SUCCEEDED) or is_true(status, FAILED)
+
+
+def set_condition(status: Obj, ctype: str, cstatus: str, reason: str, message: str, now: datetime) -> bool:
+    """Sets a condition in `status` (mutated); returns True if its status changed (a transition)."""
+    conds = conditions_of(status)
+    ts = fmt_time(now)
+    old = next((c for c in conds if c.get("type") == ctype), None)
+    transition = old is None or old.get("status") != cstatus
+    if old is not None and not transition and old.get("reason") == reason and old.get("message") == message:
+        return False
+    new = {"type": ctype, "status": cstatus, "reason": reason, "message": message,
+           "lastUpdateTime": ts,
+           "lastTransitionTime": ts if transition else old.get("lastTransitionTime", ts)}
+    if old is None:
+        conds.append(new)
+    else:
+        conds[conds.index(old)] = new
+    if cstatus == "True":
+        if ctype == RUNNING:
+            conds = [c for c in conds if c.get("type") != RESTARTING]
+        elif ctype == RESTARTING:
+            conds = [c for c in conds if c.get("type") != RUNNING]
+        elif ctype in (SUCCEEDED, FAILED):
+            conds = [c for c in conds if c.get("type") != RESTARTING]
+            for i, c in enumerate(conds):
+                if c.get("type") == RUNNING and c.get("status") == "True":
+                    conds[i] = {**c, "status": "False", "lastUpdateTime": ts, "lastTransitionTime": ts}
+    status["conditions"] = conds
+    return transition
+
+
+def remove_condition(status: Obj, ctype: str) -> None:
+    status["conditions"] = [c for c in conditions_of(status) if c.get("type") != ctype]
+
+
+def copy_status(mpijob: Obj) -> Obj:
+    status = mpijob.get("status")
+    return copy.deepcopy(status) if isinstance(status, dict) else {}
+
+
+# -- children -------------------------------------------------------------------------------------
+
+
+def job_condition(job: Obj | None, ctype: str) -> Obj | None:
+    conds = ((job or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conds if isinstance(c, dict) and c.get("type") == ctype
+                 and c.get("status") == "True"), None)
+
+
+def job_outcome(job: Obj | None) -> tuple[str, str, str, str | None] | None:
+    """(SUCCEEDED|FAILED, reason, message, time) of a finished batch Job, or None while it runs."""
+    if job is None:
+        return None
+    st = job.get("status") or {}
+    c = job_condition(job, "Complete")
+    if c is not None:
+        return SUCCEEDED, R_SUCCEEDED, "", st.get("completionTime") or c.get("lastTransitionTime")
+    c = job_condition(job, "Failed")
+    if c is not None:
+        return FAILED, c.get("reason") or R_FAILED, c.get("message") or "", c.get("lastTransitionTime")
+    return None
+
+
+def _phase_counts(pods: list[Obj]) -> dict[str, int]:
+    out = {"active": 0, "succeeded": 0, "failed": 0}
+    for p in pods:
+        phase = (p.get("status") or {}).get("phase")
+        if phase == "Running" and not (p.get("metadata") or {}).get("deletionTimestamp"):
+            out["active"] += 1
+        elif phase == "Succeeded":
+            out["succeeded"] += 1
+        elif phase == "Failed":
+            out["failed"] += 1
+    return out
+
+
+def replica_statuses(launcher: Obj | None, workers: Obj | None, launcher_pods: list[Obj],
+                     worker_pods: list[Obj]) -> Obj:
+    lst = (launcher or {}).get("status") or {}
+    lau = {"active": _phase_counts(launcher_pods)["active"] if launcher_pods else int(lst.get("ready") or 0),
+           "succeeded": int(lst.get("succeeded") or 0), "failed": int(lst.get("failed") or 0)}
+    if worker_pods:
+        wrk = _phase_counts(worker_pods)
+    else:
+        wst = (workers or {}).get("status") or {}
+        active = wst.get("readyReplicas") if (workers or {}).get("kind") == "StatefulSet" else wst.get("ready")
+        wrk = {"active": int(active or 0), "succeeded": 0, "failed": 0}
+    return {"Launcher": lau, "Worker": wrk}
