@@ -1,0 +1,267 @@
+"""The Reflector (client-go tools/cache/reflector.go): list, then watch from the last
+resourceVersion, and keep doing so.
+
+- The first list asks for resourceVersion=0 (served from the API server's watch cache), paged by
+  500; later lists ask for a consistent read (resourceVersion unset).
+- The watch sends allowWatchBookmarks and a random timeoutSeconds of 5-10 minutes. When the server
+  ends it normally, the reflector watches again from the last resourceVersion, without a list.
+- 410 Gone / Expired / "too old resource version" (an HTTP 410, or an ERROR event in the stream)
+  makes it relist; the consumer then computes adds, updates and tombstones.
+- Connection errors (refused, reset, a read timeout of ~80 s on a dead stream) back off from 0.8 s
+  doubling to 30 s with jitter, then watch again from the last resourceVersion.
+- Other API errors (403, 500...) back off, then relist.
+
+It talks to its consumer through two callbacks, called on its own thread:
+`on_list(items, resource_version, initial)` and `on_event(type, obj)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import urllib3
+
+from informers import metrics
+from informers.resources import Resource
+from informers.rest import ApiError, RestClient, WatchStream
+
+log = logging.getLogger("informers.reflector")
+
+PAGE_SIZE = 500
+READ_TIMEOUT = 80.0  # bookmarks come about once a minute: a silent stream this long is dead
+MIN_WATCH_TIMEOUT = 300.0
+
+
+class Backoff:
+    """Exponential backoff with jitter: initial, doubling, capped at max_delay; jitter adds up to
+    `jitter` times the delay (client-go wait.Backoff with Jitter=1.0)."""
+
+    def __init__(self, initial: float = 0.8, max_delay: float = 30.0, factor: float = 2.0,
+                 jitter: float = 1.0) -> None:
+        self.initial, self.max_delay, self.factor, self.jitter = initial, max_delay, factor, jitter
+        self._next = initial
+
+    def next(self) -> float:
+        d = self._next
+        self._next = min(self._next * self.factor, self.max_delay)
+        return min(d + random.random() * self.jitter * d, self.max_delay)
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+def is_expired(e: ApiError) -> bool:
+    return e.status == 410 or e.reason in ("Expired", "Gone") or "too old resource version" in e.message
+
+
+class _Expired(Exception):
+    pass
+
+
+class _WatchFailed(Exception):
+    """A watch ended with an API error other than Expired: relist after a backoff."""
+
+
+CONNECTION_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: RestClient,
+        resource: Resource,
+        on_list: Callable[[list[dict], str, bool], None],
+        on_event: Callable[[str, dict], None],
+        namespace: str = "",
+        label_selector: str = "",
+        transform: Callable[[dict], dict] | None = None,
+        name: str | None = None,
+        read_timeout: float = READ_TIMEOUT,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.client, self.resource = client, resource
+        self.on_list, self.on_event = on_list, on_event
+        self.namespace, self.label_selector = namespace, label_selector
+        self.transform = transform
+        self.name = name or resource.plural
+        self.read_timeout = read_timeout
+        self.backoff = backoff or Backoff()
+        self.last_resource_version = ""
+        self.last_rv_time = time.monotonic()
+        self.lists = 0
+        self.watches = 0
+        self.current_stream: WatchStream | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        metrics.last_resource_version_age.labels(self.name).set_function(
+            lambda: time.monotonic() - self.last_rv_time
+        )
+
+    # -- control -----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        self.disconnect()
+
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def disconnect(self) -> None:
+        """Cuts the current watch connection (as a network failure would)."""
+        with self._lock:
+            stream = self.current_stream
+        if stream is not None:
+            stream.shutdown()
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                self._watch()
+                # a normal close: watch again from the last resourceVersion
+            except _Expired as e:
+                log.info("%s: resourceVersion %s expired (%s); relisting", self.name,
+                         self.last_resource_version, e)
+                metrics.watch_errors_total.labels(self.name, "expired").inc()
+                need_list = True
+            except _WatchFailed as e:
+                metrics.watch_errors_total.labels(self.name, "api").inc()
+                log.warning("%s: watch failed: %s; relisting after backoff", self.name, e)
+                need_list = True
+                self._sleep(self.backoff.next())
+            except ApiError as e:  # a failed list
+                metrics.watch_errors_total.labels(self.name, "list").inc()
+                log.warning("%s: list failed: %s", self.name, e)
+                self._sleep(e.retry_after or self.backoff.next())
+            except CONNECTION_ERRORS as e:
+                if self._stop.is_set():
+                    break
+                metrics.watch_errors_total.labels(self.name, "connection").inc()
+                delay = self.backoff.next()
+                log.warning("%s: connection error (%s: %s); retrying in %.1fs", self.name, type(e).__name__,
+                            e, delay)
+                self._sleep(delay)
+            except Exception:
+                if self._stop.is_set():
+                    break
+                log.exception("%s: unexpected error in list/watch; relisting after backoff", self.name)
+                metrics.watch_errors_total.labels(self.name, "unexpected").inc()
+                need_list = True
+                self._sleep(self.backoff.next())
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    def _set_rv(self, rv: str) -> None:
+        if rv:
+            self.last_resource_version = rv
+            self.last_rv_time = time.monotonic()
+
+    def _query(self) -> dict:
+        q: dict = {}
+        if self.label_selector:
+            q["labelSelector"] = self.label_selector
+        return q
+
+    def _prepare(self, obj: dict) -> dict:
+        if "kind" not in obj:
+            obj["kind"] = self.resource.kind
+            obj["apiVersion"] = self.resource.api_version
+        return self.transform(obj) if self.transform else obj
+
+    def _list(self) -> None:
+        initial = self.lists == 0
+        path = self.resource.path(self.namespace or None)
+        items: list[dict] = []
+        rv0 = "0" if initial else ""
+        cont = ""
+        while True:
+            q = self._query()
+            q["limit"] = PAGE_SIZE
+            if cont:
+                q["continue"] = cont
+            elif rv0:
+                q["resourceVersion"] = rv0
+            try:
+                page = self.client.request("GET", path, query=q, timeout=60)
+            except ApiError as e:
+                if cont and is_expired(e):
+                    # the continue token expired: start again with a consistent read
+                    items, cont, rv0 = [], "", ""
+                    continue
+                raise
+            items.extend(self._prepare(o) for o in page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                rv = meta.get("resourceVersion") or ""
+                break
+        self.lists += 1
+        metrics.list_total.labels(self.name).inc()
+        if not initial:
+            metrics.relist_total.labels(self.name).inc()
+        self.on_list(items, rv, initial)
+        self._set_rv(rv)
+        self.backoff.reset()
+
+    def _watch(self) -> None:
+        q = self._query()
+        q.update(
+            watch=True,
+            allowWatchBookmarks=True,
+            resourceVersion=self.last_resource_version,
+            timeoutSeconds=int(MIN_WATCH_TIMEOUT * (1 + random.random())),
+        )
+        path = self.resource.path(self.namespace or None)
+        self.watches += 1
+        metrics.watch_total.labels(self.name).inc()
+        try:
+            stream = self.client.stream(path, q, timeout=self.read_timeout)
+        except ApiError as e:
+            if is_expired(e):
+                raise _Expired(str(e)) from e
+            if e.status == 429 or e.status >= 500:
+                raise _WatchFailed(str(e)) from e
+            raise _WatchFailed(str(e)) from e
+        with self._lock:
+            self.current_stream = stream
+        if self._stop.is_set():
+            stream.close()
+            return
+        events = 0
+        try:
+            for ev in stream:
+                if self._stop.is_set():
+                    return
+                typ = ev.get("type")
+                obj = ev.get("object") or {}
+                metrics.events_total.labels(self.name, typ or "").inc()
+                if typ == "ERROR":
+                    err = ApiError.from_status(obj)
+                    if is_expired(err):
+                        raise _Expired(str(err))
+                    raise _WatchFailed(str(err))
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or ""
+                if typ == "BOOKMARK":
+                    self._set_rv(rv)
+                    continue
+                if typ not in ("ADDED", "MODIFIED", "DELETED"):
+                    log.warning("%s: unknown watch event type %r", self.name, typ)
+                    continue
+                self.on_event(typ, self._prepare(obj))
+                self._set_rv(rv)
+                events += 1
+                if events == 1:
+                    self.backoff.reset()
+        finally:
+            with self._lock:
+                if self.current_stream is stream:
+                    self.current_stream = None
+            stream.close()

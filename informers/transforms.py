@@ -1,0 +1,45 @@
+"""Transforms applied before caching, to bound the informers' memory: they drop what the
+controller never reads. They return a new dict and never modify their argument."""
+
+from __future__ import annotations
+
+
+def _meta_without_managed_fields(meta: dict) -> dict:
+    if "managedFields" not in meta:
+        return meta
+    return {k: v for k, v in meta.items() if k != "managedFields"}
+
+
+def strip_managed_fields(obj: dict) -> dict:
+    meta = obj.get("metadata")
+    if not meta or "managedFields" not in meta:
+        return obj
+    out = dict(obj)
+    out["metadata"] = _meta_without_managed_fields(meta)
+    return out
+
+
+_SPEC_KEEP = ("nodeName", "hostname", "subdomain")
+_STATUS_KEEP = ("phase", "conditions", "podIP", "startTime", "reason", "message")
+_CONTAINER_STATUS_KEEP = ("name", "state", "restartCount", "ready")
+
+
+def slim_pod(obj: dict) -> dict:
+    """A pod as the controller reads it: metadata (minus managedFields, with deletionTimestamp),
+    spec.nodeName/hostname/subdomain, and status phase, conditions, podIP, startTime and the
+    containers' state, restartCount and ready."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    out: dict = {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "metadata": _meta_without_managed_fields(meta),
+        "spec": {k: spec[k] for k in _SPEC_KEEP if k in spec},
+    }
+    st = {k: status[k] for k in _STATUS_KEEP if k in status}
+    for field in ("containerStatuses", "initContainerStatuses"):
+        if field in status:
+            st[field] = [{k: cs[k] for k in _CONTAINER_STATUS_KEEP if k in cs} for cs in status[field] or []]
+    out["status"] = st
+    return out
