@@ -293,10 +293,12 @@ class _Planner:
         return int(ready or 0) >= count
 
     def launcher_running(self) -> bool:
+        lau = self.obs.launcher
+        if not self.owned(lau) or (lau.get("spec") or {}).get("suspend"):
+            return False
         if any(dz.is_pod_active(p) for p in self.launcher_pods):
             return True
-        lau = self.obs.launcher
-        return self.owned(lau) and int(((lau or {}).get("status") or {}).get("ready") or 0) > 0
+        return int((lau.get("status") or {}).get("ready") or 0) > 0
 
     def sync_workers(self, running: bool) -> None:
         want = dz.workers(self.job, self.config, running=running)

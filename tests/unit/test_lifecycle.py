@@ -1,0 +1,437 @@
+"""The lifecycle of plan(), row by row, for both worker backends."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from reconcilers import names as n
+from reconcilers import status as st
+from reconcilers.types import Observed
+from tests.unit.sim import (
+    BACKENDS,
+    NOW,
+    KeyGen,
+    apply_plan,
+    at,
+    converge,
+    job_finished,
+    mpijob,
+    pod,
+    run,
+    running_state,
+    with_status,
+    workers_ready,
+)
+
+pytestmark = pytest.mark.parametrize("backend", BACKENDS)
+
+
+def kinds(p) -> list[str]:
+    return [f"{c.obj['kind']}/{c.obj['metadata']['name']}" for c in p.creates]
+
+
+def cond(job_or_status, ctype):
+    status = job_or_status.get("status", job_or_status) if "conditions" not in job_or_status else job_or_status
+    return st.get_condition(status, ctype)
+
+
+def events(p) -> list[str]:
+    return [e.reason for e in p.events]
+
+
+def worker_kind(backend):
+    return "StatefulSet" if backend == "statefulset" else "Job"
+
+
+def stopped_by_controllers(obs):
+    """What the Job/StatefulSet controllers do with suspended Jobs and a StatefulSet at 0."""
+    ready = "readyReplicas" if obs.workers["kind"] == "StatefulSet" else "ready"
+    return replace(obs, pods=[], workers=with_status(obs.workers, **{ready: 0}),
+                   launcher=with_status(obs.launcher, active=0, ready=0))
+
+
+def workers_stopped(obs) -> bool:
+    w = obs.workers
+    return w["spec"]["replicas"] == 0 if w["kind"] == "StatefulSet" else w["spec"]["suspend"] is True
+
+
+# -- hands off ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("managed_by", ["kueue.x-k8s.io/multikueue", "example.com/other"])
+def test_not_ours_gives_an_empty_plan(backend, managed_by):
+    p = run(mpijob(run_policy={"managedBy": managed_by}), backend=backend)
+    assert p.writes == 0 and not p.events and p.requeue_after is None
+
+
+def test_ours_when_managed_by_is_the_controller_name(backend):
+    p = run(mpijob(run_policy={"managedBy": "kubeflow.org/mpi-operator"}), backend=backend)
+    assert p.creates
+
+
+def test_custom_controller_name(backend):
+    job = mpijob(run_policy={"managedBy": "example.com/mine"})
+    assert run(job, backend=backend, controller_name="example.com/mine").creates
+    assert run(job, backend=backend).writes == 0
+
+
+def test_deleting_gives_an_empty_plan(backend):
+    job = mpijob()
+    job["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert run(job, backend=backend).writes == 0
+
+
+# -- invalid --------------------------------------------------------------------------------------------
+
+
+def test_invalid_spec_fails_with_an_event_and_no_children(backend):
+    job = mpijob(name="x" * 60)
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2
+    p = run(job, backend=backend)
+    assert not p.creates and not p.patches and not p.deletes
+    c = cond(p.status, st.FAILED)
+    assert c["status"] == "True" and c["reason"] == "InvalidSpec"
+    assert "spec.mpiReplicaSpecs.Launcher.replicas" in c["message"] and "metadata.name" in c["message"]
+    (ev,) = p.events
+    assert ev.type == "Warning" and ev.reason == "InvalidSpec"
+    assert "spec.mpiReplicaSpecs.Launcher.replicas" in ev.message and "metadata.name" in ev.message
+    job, obs = apply_plan(job, Observed(), p)
+    again = run(job, obs, backend=backend)
+    assert again.writes == 0 and not again.events
+
+
+def test_fixed_spec_clears_invalid_and_runs(backend):
+    job = mpijob()
+    job["spec"]["slotsPerWorker"] = 0
+    p = run(job, backend=backend)
+    job["status"] = p.status
+    job["spec"]["slotsPerWorker"] = 1
+    p = run(job, backend=backend)
+    assert cond(p.status, st.FAILED) is None and p.creates
+
+
+# -- creation -------------------------------------------------------------------------------------------
+
+
+def test_creates_every_child_at_startup(backend):
+    keygen = KeyGen()
+    p = run(mpijob(), backend=backend, keygen=keygen)
+    assert kinds(p) == ["Service/pi", "ConfigMap/pi-config", "Secret/pi-ssh",
+                        f"{worker_kind(backend)}/pi-worker", "Job/pi-launcher"]
+    assert keygen.calls == 1
+    assert cond(p.status, st.CREATED)["reason"] == "MPIJobCreated"
+    assert p.status["startTime"] == "2025-01-01T12:00:00Z"
+    assert events(p) == ["MPIJobCreated"]
+
+
+def test_applying_a_plan_then_planning_again_writes_nothing(backend):
+    keygen = KeyGen()
+    job, obs, plans = converge(mpijob(), backend=backend)
+    assert len(plans) == 2 and plans[-1].writes == 0 and not plans[-1].events
+    assert run(job, obs, backend=backend, keygen=keygen).writes == 0
+    assert keygen.calls == 0  # the key pair is never regenerated
+
+
+def test_missing_children_are_recreated(backend):
+    job, obs, _ = converge(mpijob(), backend=backend)
+    p = run(job, replace(obs, config_map=None, service=None), backend=backend)
+    assert kinds(p) == ["Service/pi", "ConfigMap/pi-config"] and not p.patches
+
+
+def test_wait_for_workers_ready_creates_the_launcher_only_then(backend):
+    job = mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"})
+    job, obs, _ = converge(job, backend=backend)
+    assert obs.launcher is None and obs.workers is not None
+    obs = workers_ready(obs, 1)
+    assert not run(job, obs, backend=backend).creates
+    obs = workers_ready(obs, 2)
+    assert kinds(run(job, obs, backend=backend)) == ["Job/pi-launcher"]
+
+
+def test_wait_for_workers_ready_and_suspend_never_starts_the_launcher(backend):
+    """Upstream #615: the launcher was created (and unsuspended) early."""
+    job = mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"}, run_policy={"suspend": True})
+    job, obs, _plans = converge(job, backend=backend)
+    assert obs.launcher is None and obs.workers is None
+    assert cond(job, st.SUSPENDED)["status"] == "True"
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, _ = converge(job, obs, backend)
+    assert obs.launcher is None and obs.workers is not None
+    assert kinds(run(job, workers_ready(obs, 2), backend=backend)) == ["Job/pi-launcher"]
+
+
+def test_zero_workers(backend):
+    _job, obs, _ = converge(mpijob(workers=0, spec={"launcherCreationPolicy": "WaitForWorkersReady"}),
+                           backend=backend)
+    assert obs.launcher is not None
+    assert (obs.workers is not None) == (backend == "statefulset")
+
+
+# -- running / restarting ---------------------------------------------------------------------------------
+
+
+def test_running_when_the_launcher_runs_and_workers_are_ready(backend):
+    job, obs, _plans = converge(mpijob(), backend=backend)
+    obs = workers_ready(obs, 2)
+    obs = replace(obs, launcher=with_status(obs.launcher, active=1, ready=1), pods=[pod(job, "launcher")])
+    p = run(job, obs, backend=backend)
+    assert cond(p.status, st.RUNNING)["status"] == "True" and events(p) == ["MPIJobRunning"]
+    assert p.status["replicaStatuses"]["Launcher"]["active"] == 1
+    job, obs = apply_plan(job, obs, p)
+    again = run(job, obs, backend=backend, now=at(60))
+    assert again.writes == 0 and not again.events
+
+
+def test_not_running_until_every_worker_is_ready(backend):
+    job, obs, _ = converge(mpijob(), backend=backend)
+    obs = replace(workers_ready(obs, 1), launcher=with_status(obs.launcher, ready=1))
+    assert cond(run(job, obs, backend=backend).status or job["status"], st.RUNNING) is None
+
+
+def test_restarting_when_the_launcher_failed_and_retries(backend):
+    job, obs = running_state(mpijob(), backend)
+    obs = replace(obs, launcher=with_status(obs.launcher, active=1, ready=0, failed=1),
+                  pods=[pod(job, "launcher", phase="Failed"),
+                        *[p for p in obs.pods if "worker" in p["metadata"]["name"]]])
+    p = run(job, obs, backend=backend)
+    assert cond(p.status, st.RESTARTING)["status"] == "True"
+    assert cond(p.status, st.RUNNING) is None  # Running and Restarting exclude each other
+    assert "MPIJobRestarting" in events(p)
+    # the retry runs: Running again
+    job, obs = apply_plan(job, obs, p)
+    obs = replace(obs, launcher=with_status(obs.launcher, ready=1),
+                  pods=[*obs.pods, pod(job, "launcher", index=1)])
+    p = run(job, obs, backend=backend)
+    assert cond(p.status, st.RUNNING)["status"] == "True" and cond(p.status, st.RESTARTING) is None
+
+
+def test_restarting_when_a_worker_is_lost(backend):
+    job, obs = running_state(mpijob(), backend)
+    obs = workers_ready(obs, 1)
+    obs = replace(obs, pods=[x for x in obs.pods if not x["metadata"]["name"].startswith("pi-worker-1")])
+    p = run(job, obs, backend=backend)
+    assert cond(p.status, st.RESTARTING)["status"] == "True"
+
+
+# -- finished ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["Running", "All", "None"])
+def test_succeeded_stops_workers_per_clean_pod_policy(backend, policy):
+    job, obs = running_state(mpijob(run_policy={"cleanPodPolicy": policy}), backend)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0),
+                  pods=[pod(job, "launcher", phase="Succeeded"), *obs.pods[1:]])
+    p = run(job, obs, backend=backend, now=at(400))
+    c = cond(p.status, st.SUCCEEDED)
+    assert c["status"] == "True" and c["reason"] == "MPIJobSucceeded"
+    assert p.status["completionTime"] == "2025-01-01T12:05:00Z"
+    assert cond(p.status, st.RUNNING)["status"] == "False"
+    assert events(p) == ["MPIJobSucceeded"]
+    job2, obs2 = apply_plan(job, obs, p)
+    assert workers_stopped(obs2) == (policy != "None")
+    launcher_pods = [x for x in obs2.pods if x["metadata"]["name"].startswith("pi-launcher")]
+    assert bool(launcher_pods) == (policy != "All")  # upstream #643: All covers the launcher's pod too
+    if policy == "None":
+        assert not p.patches and not p.deletes
+    assert run(job2, obs2, backend=backend, now=at(500)).writes == 0
+
+
+@pytest.mark.parametrize("reason", ["BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy"])
+def test_failed_from_the_launcher_job_with_its_reason(backend, reason):
+    job, obs = running_state(mpijob(), backend)
+    failed_pod = pod(job, "launcher", phase="Failed", reason="Error", message="mpirun exited 1")
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Failed", reason, failed=7, active=0),
+                  pods=[failed_pod, *obs.pods[1:]])
+    p = run(job, obs, backend=backend, now=at(400))
+    c = cond(p.status, st.FAILED)
+    assert c["status"] == "True" and c["reason"] == reason
+    if reason == "BackoffLimitExceeded":
+        assert "pi-launcher-abc0" in c["message"] and "mpirun exited 1" in c["message"]
+    assert p.status["completionTime"] == "2025-01-01T12:05:00Z"
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "MPIJobFailed")] and reason in p.events[0].message
+    _, obs2 = apply_plan(job, obs, p)
+    assert workers_stopped(obs2)  # upstream #647: a failed job is cleaned up too
+
+
+def test_failed_before_ever_running_records_running_false(backend):
+    job, obs, _ = converge(mpijob(), backend=backend)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Failed", "BackoffLimitExceeded"))
+    p = run(job, obs, backend=backend)
+    assert cond(p.status, st.RUNNING)["status"] == "False"
+
+
+def test_finished_creates_nothing_even_if_children_vanish(backend):
+    job, obs = running_state(mpijob(), backend)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete"))
+    job, obs, _ = converge(job, obs, backend, now=at(400))
+    assert run(job, replace(obs, launcher=None, config_map=None, workers=None), backend=backend).writes == 0
+
+
+# -- suspend / resume ------------------------------------------------------------------------------------------
+
+
+def test_suspend_stops_every_pod_and_resume_starts_afresh(backend):
+    job, obs = running_state(mpijob(), backend)
+    job["spec"]["runPolicy"]["suspend"] = True
+    p = run(job, obs, backend=backend, now=at(100))
+    assert cond(p.status, st.SUSPENDED)["status"] == "True"
+    assert cond(p.status, st.RUNNING) == {**cond(p.status, st.RUNNING), "status": "False", "reason": "MPIJobSuspended"}
+    assert events(p) == ["MPIJobSuspended"]
+    job, obs = apply_plan(job, obs, p)
+    assert obs.launcher["spec"]["suspend"] is True and workers_stopped(obs)
+    obs = stopped_by_controllers(obs)
+    p = run(job, obs, backend=backend, now=at(101))  # discover_hosts.sh and replicaStatuses: nothing runs
+    assert [x.ref.kind for x in p.patches] == ["ConfigMap"] and not p.creates and not p.events
+    job, obs, _ = converge(job, obs, backend, now=at(101))
+    # resume with the same templates: unsuspended in place
+    job["spec"]["runPolicy"]["suspend"] = False
+    p = run(job, obs, backend=backend, now=at(200))
+    resumed = cond(p.status, st.SUSPENDED)
+    assert (resumed["status"], resumed["reason"]) == ("False", "MPIJobResumed")
+    assert p.status["startTime"] == "2025-01-01T12:03:20Z"
+    assert events(p) == ["MPIJobResumed"] and not p.deletes
+    job, obs = apply_plan(job, obs, p)
+    assert obs.launcher["spec"]["suspend"] is False and not workers_stopped(obs)
+
+
+def test_template_changes_made_while_suspended_reach_the_children(backend):
+    """Kueue's protocol: admission injects a nodeSelector into the suspended MPIJob, then resumes it."""
+    job = mpijob(run_policy={"suspend": True})
+    job, obs = running_state(mpijob(), backend)  # ran once, then suspended by Kueue (preemption)
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs, _ = converge(job, obs, backend, now=at(100))
+    job, obs, _ = converge(job, stopped_by_controllers(obs), backend, now=at(100))
+    for rtype in ("Launcher", "Worker"):
+        job["spec"]["mpiReplicaSpecs"][rtype]["template"]["spec"]["nodeSelector"] = {"flavor": "a100"}
+    p = run(job, obs, backend=backend, now=at(150))
+    # nothing while still suspended, except the StatefulSet's template, which has no pod to roll
+    assert [x.ref.kind for x in p.patches] == (["StatefulSet"] if backend == "statefulset" else [])
+    assert not p.deletes and not p.creates
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, plans = converge(job, obs, backend, now=at(200), rounds=5)
+    assert obs.launcher["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
+    assert obs.workers["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
+    assert not obs.launcher["spec"]["suspend"] and not workers_stopped(obs)
+    deleted = [d.ref.name for p in plans for d in p.deletes]
+    assert "pi-launcher" in deleted and (("pi-worker" in deleted) == (backend == "job"))
+
+
+def test_created_suspended_creates_no_workers_or_launcher(backend):
+    job, obs, plans = converge(mpijob(run_policy={"suspend": True}), backend=backend)
+    assert obs.launcher is None and obs.workers is None and obs.config_map is not None
+    assert "startTime" not in job["status"]
+    assert events(plans[0]) == ["MPIJobCreated", "MPIJobSuspended"]
+
+
+# -- deadlines and TTL ------------------------------------------------------------------------------------------
+
+
+def test_active_deadline_is_on_the_launcher_job_and_checked_by_the_plan(backend):
+    job, obs, plans = converge(mpijob(run_policy={"activeDeadlineSeconds": 600}), backend=backend)
+    assert obs.launcher["spec"]["activeDeadlineSeconds"] == 600
+    assert plans[0].requeue_after == 600
+    assert run(job, obs, backend=backend, now=at(100)).requeue_after == 500
+    p = run(job, obs, backend=backend, now=at(601))
+    c = cond(p.status, st.FAILED)
+    assert c["reason"] == "DeadlineExceeded" and "activeDeadlineSeconds" in c["message"]
+    job, obs = apply_plan(job, obs, p)
+    assert obs.launcher["spec"]["suspend"] is True and workers_stopped(obs)
+    assert run(job, obs, backend=backend, now=at(700)).writes == 0
+
+
+def test_ttl_deletes_the_finished_mpijob_when_due(backend):
+    job, obs = running_state(mpijob(run_policy={"ttlSecondsAfterFinished": 60}), backend)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when="2025-01-01T12:05:00Z"))
+    job, obs, plans = converge(job, obs, backend, now=at(310))
+    assert plans[-1].requeue_after == 50 and not plans[-1].delete_mpijob
+    p = run(job, obs, backend=backend, now=at(360))
+    assert p.delete_mpijob and p.writes == 1
+    assert "ttlSecondsAfterFinished" not in obs.launcher["spec"]
+
+
+# -- name clashes ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slot", ["config_map", "launcher", "workers", "service", "secret"])
+def test_a_child_not_controlled_by_this_mpijob_is_never_touched(backend, slot):
+    _job, obs, _ = converge(mpijob(), backend=backend)
+    foreign = dict(getattr(obs, slot))
+    foreign["metadata"] = {**foreign["metadata"], "ownerReferences": [
+        {**foreign["metadata"]["ownerReferences"][0], "uid": "uid-of-an-older-pi"}]}
+    obs = replace(obs, **{slot: foreign})
+    fresh = mpijob()  # a new MPIJob `pi` meets the leftovers of an older one
+    p = run(fresh, obs, backend=backend)
+    c = cond(p.status, st.FAILED)
+    assert c["reason"] == "ResourceExists" and foreign["metadata"]["name"] in c["message"]
+    assert ("Warning", "MPIJobFailed") in [(e.type, e.reason) for e in p.events]
+    touched = [x.ref.name for x in p.patches + p.deletes]
+    assert foreign["metadata"]["name"] not in touched
+    assert not p.creates
+
+
+def test_resource_exists_without_owner(backend):
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config", "namespace": "ns"}}
+    p = run(mpijob(), Observed(config_map=cm), backend=backend)
+    assert cond(p.status, st.FAILED)["reason"] == "ResourceExists" and not p.creates and not p.patches
+
+
+# -- drift -----------------------------------------------------------------------------------------------------------
+
+
+def test_drift_is_repaired_on_owned_fields_only(backend):
+    job, obs = running_state(mpijob(), backend)
+    w = obs.workers
+    w = {**w, "spec": {**w["spec"], "template": {**w["spec"]["template"], "spec": {
+        **w["spec"]["template"]["spec"], "nodeSelector": {"kueue": "injected"}, "schedulerName": "default"}}}}
+    if backend == "statefulset":
+        w["spec"]["replicas"] = 5
+    else:
+        w["spec"]["parallelism"] = 5
+        w["spec"]["completions"] = 5
+    cm = {**obs.config_map, "data": {**obs.config_map["data"], "hostfile": "evil\n", "extra": "kept"}}
+    svc = {**obs.service, "spec": {**obs.service["spec"], "selector": {"app": "x", n.JOB_NAME_LABEL: "pi"},
+                                   "clusterIP": "None", "type": "ClusterIP"}}
+    lau = {**obs.launcher, "metadata": {**obs.launcher["metadata"], "labels": {"mine": "yes"}}}
+    obs = replace(obs, workers=w, config_map=cm, service=svc, launcher=lau)
+    p = run(job, obs, backend=backend)
+    patches = {pa.ref.name: pa.patch for pa in p.patches}
+    hostfile = "pi-worker-0.pi.ns.svc slots=1\npi-worker-1.pi.ns.svc slots=1\n"
+    assert patches["pi-config"] == {"data": {"hostfile": hostfile}}
+    assert patches["pi"] == {"spec": {"selector": {"app": None}}}
+    assert patches["pi-launcher"] == {"metadata": {"labels": n.job_labels(job, "launcher")}}
+    if backend == "statefulset":
+        assert patches["pi-worker"] == {"spec": {"replicas": 2}}
+    else:
+        assert patches["pi-worker"] == {"spec": {"completions": 2, "parallelism": 2}}
+    job, obs = apply_plan(job, obs, p)
+    assert obs.workers["spec"]["template"]["spec"]["nodeSelector"] == {"kueue": "injected"}
+    assert obs.launcher["metadata"]["labels"]["mine"] == "yes"
+    assert run(job, obs, backend=backend).writes == 0
+
+
+def test_scaling_workers(backend):
+    job, obs = running_state(mpijob(), backend)
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
+    p = run(job, obs, backend=backend)
+    patches = {pa.ref.name: pa.patch for pa in p.patches}
+    assert "pi-worker-2.pi.ns.svc slots=1" in patches["pi-config"]["data"]["hostfile"]
+    assert patches["pi-worker"] == ({"spec": {"replicas": 3}} if backend == "statefulset"
+                                    else {"spec": {"completions": 3, "parallelism": 3}})
+
+
+def test_status_timestamps_do_not_churn(backend):
+    job, obs = running_state(mpijob(), backend)
+    before = {c["type"]: c["lastTransitionTime"] for c in job["status"]["conditions"]}
+    assert run(job, obs, backend=backend, now=at(3600)).status is None
+    # a changed message keeps the transition time
+    job["status"]["conditions"] = [{**c, "message": "old"} for c in job["status"]["conditions"]]
+    p = run(job, obs, backend=backend, now=at(3600))
+    assert {c["type"]: c["lastTransitionTime"] for c in p.status["conditions"]} == before
+
+
+def test_observed_at_now_is_deterministic(backend):
+    a = run(mpijob(), backend=backend, now=NOW)
+    b = run(mpijob(), backend=backend, now=NOW)
+    assert a.status == b.status and [c.obj for c in a.creates] != [] and len(a.creates) == len(b.creates)
