@@ -75,9 +75,10 @@ class ItemExponentialFailureRateLimiter:
         with self._lock:
             exp = self._failures.get(item, 0)
             self._failures[item] = exp + 1
-        if exp > 1024:  # 2**exp would overflow a float
+        try:
+            backoff = self.base * math.pow(2, exp)
+        except OverflowError:  # client-go guards int64 overflow the same way
             return self.max_delay
-        backoff = self.base * math.pow(2, exp)
         return min(backoff, self.max_delay)
 
     def num_requeues(self, item: Hashable) -> int:
