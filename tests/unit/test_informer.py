@@ -1,0 +1,382 @@
+"""The Reflector and SharedInformer against a scripted fake API (no cluster): list/watch protocol,
+relist on 410 with tombstones, re-watch without relist, backoff, handler ordering and isolation,
+resync, late handlers, transforms and the factory."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import urllib3
+
+from informers.factory import InformerFactory
+from informers.informer import SharedInformer
+from informers.reflector import Backoff
+from informers.resources import CONFIGMAPS, PODS
+from informers.rest import ApiError
+from informers.store import DeletedFinalStateUnknown
+from informers.transforms import slim_pod, strip_managed_fields
+
+
+def cm(name, rv, data="x"):
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}, "data": {"v": data}}
+
+
+def ev(typ, o):
+    return {"type": typ, "object": o}
+
+
+class FakeStream:
+    """Yields its events, then either ends (a normal close) or blocks until shut down."""
+
+    def __init__(self, events, end=True):
+        self.events, self.end = events, end
+        self.cut = threading.Event()
+
+    def __iter__(self):
+        for e in self.events:
+            if isinstance(e, BaseException):
+                raise e
+            yield e
+        if not self.end:
+            self.cut.wait()
+            raise urllib3.exceptions.ProtocolError("connection cut")
+
+    def shutdown(self):
+        self.cut.set()
+
+    def close(self):
+        self.cut.set()
+
+
+class FakeClient:
+    def __init__(self):
+        self.list_pages: list = []  # each: dict page, or an exception
+        self.watch_scripts: list = []  # each: FakeStream or an exception
+        self.list_queries: list[dict] = []
+        self.watch_queries: list[dict] = []
+        self.lock = threading.Lock()
+
+    def request(self, method, path, *, query=None, body=None, content_type="", timeout=30):
+        with self.lock:
+            self.list_queries.append(dict(query or {}))
+            page = self.list_pages.pop(0) if self.list_pages else {"metadata": {"resourceVersion": "1"}}
+        if isinstance(page, BaseException):
+            raise page
+        return page
+
+    def stream(self, path, query=None, timeout=80):
+        with self.lock:
+            self.watch_queries.append(dict(query or {}))
+            script = self.watch_scripts.pop(0) if self.watch_scripts else FakeStream([], end=False)
+        if isinstance(script, BaseException):
+            raise script
+        return script
+
+
+def page(items, rv, cont=""):
+    meta = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+    return {"items": items, "metadata": meta}
+
+
+class Recorder:
+    def __init__(self):
+        self.events: list = []
+        self.cond = threading.Condition()
+
+    def _rec(self, *e):
+        with self.cond:
+            self.events.append(e)
+            self.cond.notify_all()
+
+    def add(self, o):
+        self._rec("add", o["metadata"]["name"], o["metadata"]["resourceVersion"])
+
+    def update(self, old, new):
+        self._rec("update", new["metadata"]["name"], old["metadata"]["resourceVersion"],
+                  new["metadata"]["resourceVersion"])
+
+    def delete(self, o):
+        if isinstance(o, DeletedFinalStateUnknown):
+            self._rec("tombstone", o.key, o.obj["metadata"]["resourceVersion"])
+        else:
+            self._rec("delete", o["metadata"]["name"])
+
+    def wait(self, n, timeout=3.0):
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.events) >= n, timeout), self.events
+            return list(self.events)
+
+
+def make(client, **kw):
+    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", name=f"fake-{id(client)}", **kw)
+    inf.reflector.backoff = Backoff(0.01, 0.05)
+    rec = Recorder()
+    inf.add_event_handler(rec.add, rec.update, rec.delete)
+    return inf, rec
+
+
+@pytest.fixture
+def client():
+    return FakeClient()
+
+
+def test_list_then_watch_events_in_order(client):
+    client.list_pages = [page([cm("a", 5)], 10)]
+    client.watch_scripts = [FakeStream([ev("ADDED", cm("b", 11)), ev("MODIFIED", cm("a", 12)),
+                                        ev("DELETED", cm("b", 13))], end=False)]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        got = rec.wait(4)
+        assert got == [("add", "a", "5"), ("add", "b", "11"), ("update", "a", "5", "12"), ("delete", "b")]
+        assert inf.store.list_keys() == ["ns/a"]
+        assert inf.last_sync_resource_version == "13"
+        q = client.list_queries[0]
+        assert q["resourceVersion"] == "0" and q["limit"] == 500
+        w = client.watch_queries[0]
+        assert w["resourceVersion"] == "10" and w["allowWatchBookmarks"] is True and w["watch"] is True
+        assert 300 <= w["timeoutSeconds"] <= 600
+        # list items get their kind
+        assert inf.store.get("ns/a")["kind"] == "ConfigMap"
+    finally:
+        inf.stop()
+
+
+def test_paged_list(client):
+    client.list_pages = [page([cm("a", 1)], 7, cont="tok"), page([cm("b", 2)], 8)]
+    inf, _rec = make(client)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        assert sorted(inf.store.list_keys()) == ["ns/a", "ns/b"]
+        assert client.list_queries[1]["continue"] == "tok"
+        assert "resourceVersion" not in client.list_queries[1]
+        assert client.watch_queries[0]["resourceVersion"] == "8"
+    finally:
+        inf.stop()
+
+
+def test_normal_close_rewatches_from_last_rv_without_relist(client):
+    client.list_pages = [page([], 10)]
+    client.watch_scripts = [
+        FakeStream([ev("ADDED", cm("a", 11))]),  # ends normally
+        FakeStream([ev("BOOKMARK", {"metadata": {"resourceVersion": "20"}})]),
+        FakeStream([], end=False),
+    ]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        rec.wait(1)
+        deadline = time.monotonic() + 3
+        while len(client.watch_queries) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [q["resourceVersion"] for q in client.watch_queries[:3]] == ["10", "11", "20"]
+        assert len(client.list_queries) == 1
+        assert inf.reflector.lists == 1
+    finally:
+        inf.stop()
+
+
+@pytest.mark.parametrize(
+    "expire",
+    [
+        FakeStream([ev("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
+                                 "message": "too old resource version: 11 (50)"})]),
+        ApiError(410, "Gone", "too old resource version: 11 (50)"),
+        FakeStream([ev("ERROR", {"kind": "Status", "code": 500, "reason": "InternalError",
+                                 "message": "too old resource version: 11 (50)"})]),
+    ],
+    ids=["error-event", "http-410", "message-only"],
+)
+def test_expired_relists_with_tombstones(client, expire):
+    client.list_pages = [page([cm("a", 5), cm("b", 6)], 10),
+                         page([cm("a", 40), cm("c", 41)], 50)]
+    client.watch_scripts = [FakeStream([ev("MODIFIED", cm("b", 11))]), expire, FakeStream([], end=False)]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        got = rec.wait(6)
+        assert got[:3] == [("add", "a", "5"), ("add", "b", "6"), ("update", "b", "6", "11")]
+        assert got[3:] == [("tombstone", "ns/b", "11"), ("update", "a", "5", "40"), ("add", "c", "41")]
+        assert sorted(inf.store.list_keys()) == ["ns/a", "ns/c"]
+        assert len(client.list_queries) == 2
+        assert "resourceVersion" not in client.list_queries[1]  # a consistent read, not the stale cache
+        deadline = time.monotonic() + 3
+        while len(client.watch_queries) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert client.watch_queries[2]["resourceVersion"] == "50"
+    finally:
+        inf.stop()
+
+
+def test_connection_errors_back_off_then_rewatch_without_relist(client):
+    client.list_pages = [page([cm("a", 5)], 10)]
+    client.watch_scripts = [
+        urllib3.exceptions.NewConnectionError(None, "refused"),
+        FakeStream([ev("ADDED", cm("b", 11)), urllib3.exceptions.ReadTimeoutError(None, "", "read timed out")]),
+        ConnectionResetError("reset"),
+        FakeStream([ev("ADDED", cm("c", 12))], end=False),
+    ]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        rec.wait(3)
+        assert [q["resourceVersion"] for q in client.watch_queries[:4]] == ["10", "10", "11", "11"]
+        assert len(client.list_queries) == 1
+    finally:
+        inf.stop()
+
+
+def test_failed_list_is_retried(client):
+    client.list_pages = [urllib3.exceptions.NewConnectionError(None, "refused"),
+                         ApiError(500, "InternalError", "boom"), page([cm("a", 1)], 3)]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        assert rec.wait(1) == [("add", "a", "1")]
+    finally:
+        inf.stop()
+
+
+def test_other_watch_error_relists(client):
+    client.list_pages = [page([cm("a", 5)], 10), page([cm("a", 5)], 30)]
+    client.watch_scripts = [ApiError(403, "Forbidden", "no"), FakeStream([], end=False)]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        got = rec.wait(2)
+        assert got == [("add", "a", "5"), ("update", "a", "5", "5")]
+    finally:
+        inf.stop()
+
+
+def test_handler_exception_is_not_fatal_and_handlers_run_in_order(client):
+    client.list_pages = [page([cm("a", 1), cm("b", 2)], 3)]
+    calls = []
+
+    def bad(o):
+        calls.append(("bad", o["metadata"]["name"]))
+        raise RuntimeError("handler bug")
+
+    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", name="fake-order")
+    inf.add_event_handler(on_add=bad)
+    inf.add_event_handler(on_add=lambda o: calls.append(("good", o["metadata"]["name"])))
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        assert calls == [("bad", "a"), ("good", "a"), ("bad", "b"), ("good", "b")]
+    finally:
+        inf.stop()
+
+
+def test_late_handler_gets_synthetic_adds(client):
+    client.list_pages = [page([cm("a", 1), cm("b", 2)], 3)]
+    client.watch_scripts = [FakeStream([], end=False)]
+    inf, _ = make(client)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        late = Recorder()
+        inf.add_event_handler(late.add, late.update, late.delete)
+        assert sorted(late.wait(2)) == [("add", "a", "1"), ("add", "b", "2")]
+    finally:
+        inf.stop()
+
+
+def test_resync_redelivers_cached_objects_without_api_calls(client):
+    client.list_pages = [page([cm("a", 1)], 3)]
+    client.watch_scripts = [FakeStream([], end=False)]
+    inf, rec = make(client, resync_period=0.05)
+    inf.start()
+    try:
+        got = rec.wait(3)
+        assert got[0] == ("add", "a", "1")
+        assert got[1:3] == [("update", "a", "1", "1")] * 2
+        assert len(client.list_queries) == 1 and len(client.watch_queries) == 1
+    finally:
+        inf.stop()
+
+
+def test_slow_handler_does_not_stall_the_watch(client):
+    n = 200
+    client.list_pages = [page([], 1)]
+    client.watch_scripts = [FakeStream([ev("ADDED", cm(f"o{i}", i + 2)) for i in range(n)], end=False)]
+    release = threading.Event()
+    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", name="fake-slow")
+    seen = []
+    inf.add_event_handler(on_add=lambda o: (release.wait(5), seen.append(o)))
+    inf.start()
+    try:
+        deadline = time.monotonic() + 3
+        while inf.last_sync_resource_version != str(n + 1) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert inf.last_sync_resource_version == str(n + 1)  # the watch read everything
+        assert len(seen) == 0  # while the handler is still blocked on the first event
+        release.set()
+        deadline = time.monotonic() + 3
+        while len(seen) < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [o["metadata"]["name"] for o in seen] == [f"o{i}" for i in range(n)]
+    finally:
+        release.set()
+        inf.stop()
+
+
+def test_transform_is_applied_before_caching(client):
+    o = cm("a", 1)
+    o["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    client.list_pages = [page([o], 2)]
+    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", transform=strip_managed_fields, name="fake-tr")
+    inf.start()
+    try:
+        assert inf.wait_for_sync(3)
+        assert "managedFields" not in inf.store.get("ns/a")["metadata"]
+    finally:
+        inf.stop()
+
+
+def test_factory_shares_informers(client):
+    f = InformerFactory(client, namespace="ns")
+    a = f.informer_for(CONFIGMAPS)
+    assert f.informer_for(CONFIGMAPS) is a
+    b = f.informer_for(CONFIGMAPS, label_selector="x=y")
+    assert b is not a
+    p = f.informer_for(PODS, transform=slim_pod)
+    assert len(f.informers()) == 3
+    f.start()
+    try:
+        assert f.wait_for_cache_sync(5)
+        assert all(i.has_synced() for i in (a, b, p))
+        late = f.informer_for(CONFIGMAPS, label_selector="late=1")
+        assert late.wait_for_sync(3)  # started at once: the factory is running
+    finally:
+        f.stop()
+
+
+def test_slim_pod_keeps_what_the_controller_reads():
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "managedFields": [{}], "labels": {"a": "b"},
+                     "deletionTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [{"uid": "u"}]},
+        "spec": {"nodeName": "n1", "hostname": "h", "subdomain": "s", "containers": [{"name": "c", "env": []}],
+                 "volumes": [{}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "startTime": "t", "conditions": [{"type": "Ready"}],
+                   "containerStatuses": [{"name": "c", "state": {"running": {}}, "restartCount": 2,
+                                          "ready": True, "image": "img", "imageID": "id"}],
+                   "qosClass": "BestEffort"},
+    }
+    s = slim_pod(pod)
+    assert "managedFields" not in s["metadata"]
+    assert s["metadata"]["deletionTimestamp"] and s["metadata"]["labels"] == {"a": "b"}
+    assert s["spec"] == {"nodeName": "n1", "hostname": "h", "subdomain": "s"}
+    assert s["status"]["containerStatuses"] == [{"name": "c", "state": {"running": {}}, "restartCount": 2,
+                                                 "ready": True}]
+    assert "qosClass" not in s["status"] and s["status"]["phase"] == "Running"
+    assert "managedFields" in pod["metadata"]  # the input is not modified
+    assert strip_managed_fields(pod)["metadata"].keys() == s["metadata"].keys()
