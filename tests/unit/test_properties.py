@@ -1,0 +1,197 @@
+"""Properties (hypothesis): any MPIJob gives a plan or validation errors, never an exception; applying a
+plan and planning again writes nothing (a plan that deletes converges in one more round)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconcilers import status as rst
+from reconcilers.plan import plan
+from reconcilers.types import Config, Inputs, Observed
+from reconcilers.validation import validate
+from tests.unit.sim import (
+    BACKENDS,
+    NOW,
+    KeyGen,
+    apply_plan,
+    converge,
+    job_finished,
+    mpijob,
+    pod,
+    run,
+    with_status,
+    workers_ready,
+)
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+scalars = st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8)
+garbage = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=8) | st.sampled_from(
+                           ["spec", "metadata", "name", "replicas", "template", "Launcher", "Worker",
+                            "runPolicy", "containers", "status", "conditions"]), inner, max_size=5),
+                       max_leaves=20)
+
+PATHS = [
+    "metadata", "metadata.name", "metadata.namespace", "metadata.uid", "metadata.ownerReferences", "spec",
+    "spec.slotsPerWorker", "spec.runLauncherAsWorker", "spec.sshAuthMountPath", "spec.launcherCreationPolicy",
+    "spec.mpiImplementation", "spec.mpiReplicaSpecs", "spec.mpiReplicaSpecs.Launcher",
+    "spec.mpiReplicaSpecs.Launcher.replicas", "spec.mpiReplicaSpecs.Launcher.template",
+    "spec.mpiReplicaSpecs.Launcher.template.spec", "spec.mpiReplicaSpecs.Launcher.template.metadata",
+    "spec.mpiReplicaSpecs.Launcher.template.spec.containers", "spec.mpiReplicaSpecs.Worker",
+    "spec.mpiReplicaSpecs.Worker.replicas", "spec.mpiReplicaSpecs.Worker.restartPolicy",
+    "spec.mpiReplicaSpecs.Worker.template.spec.volumes", "spec.mpiReplicaSpecs.Worker.template.spec.dnsConfig",
+    "spec.mpiReplicaSpecs.Worker.template.spec.containers", "spec.runPolicy", "spec.runPolicy.cleanPodPolicy",
+    "spec.runPolicy.suspend", "spec.runPolicy.managedBy", "spec.runPolicy.activeDeadlineSeconds",
+    "spec.runPolicy.ttlSecondsAfterFinished", "spec.runPolicy.backoffLimit", "status", "status.conditions",
+    "status.startTime", "status.completionTime", "status.replicaStatuses",
+]
+
+
+def set_path(obj, path, value):
+    keys = path.split(".")
+    for k in keys[:-1]:
+        if not isinstance(obj, dict):
+            return
+        obj = obj.setdefault(k, {})
+    if isinstance(obj, dict):
+        obj[keys[-1]] = value
+
+
+@st.composite
+def mutated(draw):
+    job = mpijob(workers=draw(st.integers(0, 4)))
+    for _ in range(draw(st.integers(1, 4))):
+        set_path(job, draw(st.sampled_from(PATHS)), draw(garbage))
+    return job
+
+
+def plan_any(job, backend, observed=None):
+    return plan(Inputs(job, observed or Observed(), Config(worker_backend=backend), NOW, KeyGen()))
+
+
+@SETTINGS
+@given(job=garbage, backend=st.sampled_from(BACKENDS))
+def test_garbage_never_raises(job, backend):
+    validate(job)
+    plan_any(job, backend)
+
+
+@SETTINGS
+@given(job=mutated(), backend=st.sampled_from(BACKENDS))
+def test_mutated_mpijobs_give_a_plan_or_validation_errors(job, backend):
+    errors = validate(job)
+    p = plan_any(job, backend)
+    if errors and p.writes:
+        assert not p.creates and not p.patches and not p.deletes
+        assert rst.get_condition(p.status, "Failed")["reason"] == "InvalidSpec"
+    # and planning again on the applied result is quiet
+    if p.writes and not errors:
+        job2, obs = apply_plan(job, Observed(), p)
+        assert plan_any(job2, backend, obs).writes == 0
+
+
+@st.composite
+def scenario(draw):
+    """A valid MPIJob with random options, converged, then a random turn of events in the cluster."""
+    backend = draw(st.sampled_from(BACKENDS))
+    workers = draw(st.integers(0, 4))
+    run_policy = {"cleanPodPolicy": draw(st.sampled_from(["Running", "All", "None"])),
+                  "suspend": draw(st.booleans())}
+    if draw(st.booleans()):
+        run_policy["activeDeadlineSeconds"] = draw(st.integers(1, 1000))
+    if draw(st.booleans()):
+        run_policy["ttlSecondsAfterFinished"] = draw(st.integers(0, 1000))
+    spec = {"launcherCreationPolicy": draw(st.sampled_from(["AtStartup", "WaitForWorkersReady"])),
+            "runLauncherAsWorker": draw(st.booleans()),
+            "mpiImplementation": draw(st.sampled_from(["OpenMPI", "Intel", "MPICH"]))}
+    job = mpijob(workers=workers, spec=spec, run_policy=run_policy)
+    return backend, job, draw(st.lists(st.sampled_from(EVENTS), max_size=5)), draw(st.integers(0, 2000))
+
+
+def ev_ready(job, obs, backend):
+    return workers_ready(obs, len([1 for _ in range(job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"])])) \
+        if obs.workers else obs
+
+
+def ev_launcher_runs(job, obs, backend):
+    if obs.launcher is None:
+        return obs
+    return replace(obs, launcher=with_status(obs.launcher, active=1, ready=1), pods=[*obs.pods, pod(job, "launcher")])
+
+
+def ev_worker_pods(job, obs, backend):
+    n = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    return replace(obs, pods=[*obs.pods, *[pod(job, "worker", i, backend=backend) for i in range(n)]])
+
+
+def ev_launcher_completes(job, obs, backend):
+    return replace(obs, launcher=job_finished(obs.launcher, "Complete")) if obs.launcher else obs
+
+
+def ev_launcher_fails(job, obs, backend):
+    return replace(obs, launcher=job_finished(obs.launcher, "Failed", "BackoffLimitExceeded", failed=3)) \
+        if obs.launcher else obs
+
+
+def ev_launcher_retries(job, obs, backend):
+    return replace(obs, launcher=with_status(obs.launcher, failed=1, ready=0)) if obs.launcher else obs
+
+
+def ev_toggle_suspend(job, obs, backend):
+    job["spec"]["runPolicy"]["suspend"] = not job["spec"]["runPolicy"]["suspend"]
+    return obs
+
+
+def ev_lose_config_map(job, obs, backend):
+    return replace(obs, config_map=None)
+
+
+def ev_scale(job, obs, backend):
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] += 1
+    return obs
+
+
+def ev_kueue_injects(job, obs, backend):
+    for rtype in ("Launcher", "Worker"):
+        job["spec"]["mpiReplicaSpecs"][rtype]["template"]["spec"]["nodeSelector"] = {"flavor": "x"}
+    return obs
+
+
+def ev_drift(job, obs, backend):
+    if obs.workers is None:
+        return obs
+    w = copy.deepcopy(obs.workers)
+    w["spec"]["replicas" if w["kind"] == "StatefulSet" else "parallelism"] = 9
+    w["metadata"]["labels"] = {"x": "y"}
+    return replace(obs, workers=w)
+
+
+EVENTS = [ev_ready, ev_launcher_runs, ev_worker_pods, ev_launcher_completes, ev_launcher_fails,
+          ev_launcher_retries, ev_toggle_suspend, ev_lose_config_map, ev_scale, ev_kueue_injects, ev_drift]
+
+
+@SETTINGS
+@given(case=scenario())
+def test_apply_then_plan_again_writes_nothing(case):
+    backend, job, events, dt = case
+    now = NOW
+    job, obs, _ = converge(job, backend=backend, now=now)
+    for ev in events:
+        now = now + timedelta(seconds=dt)
+        obs = ev(job, obs, backend)
+        p = run(job, obs, backend, now)
+        job2, obs2 = apply_plan(job, obs, p)
+        if p.delete_mpijob:
+            return
+        again = run(job2, obs2, backend, now)
+        if not p.deletes:  # a delete (recreate a Job, replace a Secret) needs one more round
+            assert again.writes == 0, (ev.__name__, p, again)
+        assert not (set(e.reason for e in again.events) & {"MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded",
+                                                          "MPIJobSuspended", "MPIJobResumed"}), again.events
+        job, obs, _ = converge(job2, obs2, backend, now)
