@@ -213,11 +213,11 @@ class _Planner:
 
     def not_running_if_never_ran(self, when: str | None) -> None:
         if st.get_condition(self.status, st.RUNNING) is None:
-            self.status["conditions"] = [*st.conditions_of(self.status), {
+            self.status["conditions"] = [{
                 "type": st.RUNNING, "status": "False", "reason": st.R_RUNNING,
                 "message": "The MPIJob finished without all its pods ever running together.",
                 "lastUpdateTime": when or st.fmt_time(self.now),
-                "lastTransitionTime": when or st.fmt_time(self.now)}]
+                "lastTransitionTime": when or st.fmt_time(self.now)}, *st.conditions_of(self.status)]
 
     def last_failed_launcher_pod(self) -> str:
         failed = [p for p in self.launcher_pods if (p.get("status") or {}).get("phase") == "Failed"]

@@ -79,10 +79,17 @@ def set_condition(status: Obj, ctype: str, cstatus: str, reason: str, message: s
     new = {"type": ctype, "status": cstatus, "reason": reason, "message": message,
            "lastUpdateTime": ts,
            "lastTransitionTime": ts if transition else old.get("lastTransitionTime", ts)}
-    if old is None:
-        conds.append(new)
-    else:
+    # The latest condition to become True is last (the CRD's State column shows the last one); one
+    # that became False goes first; one whose status is unchanged keeps its place.
+    if old is not None and not transition:
         conds[conds.index(old)] = new
+    else:
+        if old is not None:
+            conds.remove(old)
+        if cstatus == "True":
+            conds.append(new)
+        else:
+            conds.insert(0, new)
     if cstatus == "True":
         if ctype == RUNNING:
             conds = [c for c in conds if c.get("type") != RESTARTING]
@@ -90,9 +97,10 @@ def set_condition(status: Obj, ctype: str, cstatus: str, reason: str, message: s
             conds = [c for c in conds if c.get("type") != RUNNING]
         elif ctype in (SUCCEEDED, FAILED):
             conds = [c for c in conds if c.get("type") != RESTARTING]
-            for i, c in enumerate(conds):
-                if c.get("type") == RUNNING and c.get("status") == "True":
-                    conds[i] = {**c, "status": "False", "lastUpdateTime": ts, "lastTransitionTime": ts}
+            running = next((c for c in conds if c.get("type") == RUNNING and c.get("status") == "True"), None)
+            if running is not None:
+                conds.remove(running)
+                conds.insert(0, {**running, "status": "False", "lastUpdateTime": ts, "lastTransitionTime": ts})
     status["conditions"] = conds
     return transition
 

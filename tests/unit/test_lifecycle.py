@@ -435,3 +435,19 @@ def test_observed_at_now_is_deterministic(backend):
     a = run(mpijob(), backend=backend, now=NOW)
     b = run(mpijob(), backend=backend, now=NOW)
     assert a.status == b.status and [c.obj for c in a.creates] != [] and len(a.creates) == len(b.creates)
+
+
+def test_the_state_column_shows_the_latest_true_condition(backend):
+    """The CRD's State printer column is .status.conditions[-1:].type."""
+    job, obs = running_state(mpijob(), backend)
+    assert job["status"]["conditions"][-1]["type"] == "Running"
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs, _ = converge(job, obs, backend, now=at(10))
+    assert job["status"]["conditions"][-1]["type"] == "Suspended"
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, _ = converge(job, obs, backend, now=at(20))
+    assert job["status"]["conditions"][-1]["type"] == "Running"  # Running again (stale observed pods)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Failed", "BackoffLimitExceeded"))
+    job, obs, _ = converge(job, obs, backend, now=at(30))
+    assert [c["type"] for c in job["status"]["conditions"] if c["status"] == "True"][-1] == "Failed"
+    assert job["status"]["conditions"][-1]["type"] == "Failed"
