@@ -67,8 +67,9 @@ def template_hash(template: Obj) -> str:
 
 def worker_fqdns(mpijob: Obj, config: Config) -> list[str]:
     """The DNS names worker pods get with either backend, in index order."""
-    return [n.pod_fqdn(mpijob, n.worker_hostname(mpijob, i), config.cluster_domain)
-            for i in range(worker_replicas(mpijob))]
+    suffix = n.pod_fqdn(mpijob, "", config.cluster_domain)  # ".<job>.<ns>.svc[.<domain>]"
+    prefix = n.worker_name(mpijob)
+    return [f"{prefix}-{i}{suffix}" for i in range(worker_replicas(mpijob))]
 
 
 def launcher_fqdn(mpijob: Obj, config: Config) -> str:
@@ -115,9 +116,10 @@ def discover_hosts(mpijob: Obj, pods: list[Obj], config: Config) -> str:
     prefix = n.worker_name(mpijob) + "-"
     hostnames = {pod_hostname(p) for p in pods if pod_role(p) == n.ROLE_WORKER and is_pod_active(p)}
     count = worker_replicas(mpijob)
+    suffix = n.pod_fqdn(mpijob, "", config.cluster_domain)
     for h in sorted(hostnames, key=_hostname_index):
         if h.startswith(prefix) and _hostname_index(h)[0] < count:
-            lines.append(f"echo {n.pod_fqdn(mpijob, h, config.cluster_domain)}")
+            lines.append(f"echo {h}{suffix}")
     return "\n".join(lines) + "\n"
 
 

@@ -165,12 +165,13 @@ class _Planner:
         """Pods of our launcher/worker objects (by controller ownerReference name), by role."""
         owners = {n.launcher_name(self.job): n.ROLE_LAUNCHER, n.worker_name(self.job): n.ROLE_WORKER}
         workers, launchers = [], []
+        name = n.job_name(self.job)
         for pod in self.obs.pods or []:
             if not isinstance(pod, dict):
                 continue
             meta = pod.get("metadata") or {}
             labels = meta.get("labels") or {}
-            if labels.get(n.JOB_NAME_LABEL) != n.job_name(self.job):
+            if labels.get(n.JOB_NAME_LABEL) != name:
                 continue
             refs = meta.get("ownerReferences") or []
             owner = next((r.get("name") for r in refs if isinstance(r, dict) and r.get("controller")), None)
