@@ -266,9 +266,10 @@ class _Planner:
             if self.inputs.keygen is not None:
                 self.p.creates.append(Create(dz.secret(self.job, self.inputs.keygen())))
         elif self.owned(sec):
-            data = sec.get("data") or {}
-            if not (data.get("ssh-privatekey") and data.get("ssh-publickey")):
-                # Someone emptied it: replace it (created anew on the next reconcile).
+            data = sec.get("data")
+            if isinstance(data, dict) and not (data.get("ssh-privatekey") and data.get("ssh-publickey")):
+                # Someone removed a key: replace the Secret (created anew on the next reconcile). A cache
+                # that drops `data` altogether (to save memory) does not trigger this.
                 self.p.deletes.append(self.delete(sec, "the SSH Secret lost its keys"))
             else:
                 labels = dz.secret(self.job, _NO_KEY)["metadata"]["labels"]

@@ -451,3 +451,16 @@ def test_the_state_column_shows_the_latest_true_condition(backend):
     job, obs, _ = converge(job, obs, backend, now=at(30))
     assert [c["type"] for c in job["status"]["conditions"] if c["status"] == "True"][-1] == "Failed"
     assert job["status"]["conditions"][-1]["type"] == "Failed"
+
+
+def test_a_secret_that_lost_a_key_is_replaced_once(backend):
+    job, obs, _ = converge(mpijob(), backend=backend)
+    broken = {**obs.secret, "data": {"ssh-publickey": obs.secret["data"]["ssh-publickey"]}}
+    p = run(job, replace(obs, secret=broken), backend=backend)
+    assert [(d.ref.kind, d.ref.name, d.uid) for d in p.deletes] == [("Secret", "pi-ssh", broken["metadata"]["uid"])]
+    keygen = KeyGen()
+    p = run(job, replace(obs, secret=None), backend=backend, keygen=keygen)
+    assert kinds(p) == ["Secret/pi-ssh"] and keygen.calls == 1
+    # a cache that keeps no `data` at all is not a reason to replace it
+    assert run(job, replace(obs, secret={k: v for k, v in obs.secret.items() if k != "data"}),
+               backend=backend).writes == 0
