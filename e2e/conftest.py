@@ -4,6 +4,9 @@ ClusterRole users deploy, not as an administrator), and operators started as pro
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +16,28 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import ROOT, Operator, install_crd, service_account_kubeconfig
 
-from tests.conftest import CLUSTER_DIR  # noqa: F401
+from tests.cluster_fixtures import CLUSTER_DIR
+
+REAL_NODE = "realnode"
+
+
+@pytest.fixture(scope="session")
+def realnode(kubectl) -> str:
+    """The real node's name, once it is Ready. Skipped, with the reason, only where this machine
+    cannot run one (hack/realnode/up.sh --check) or the cluster was asked not to (REAL_NODE=0)."""
+    r = kubectl("get", "node", REAL_NODE, "-o", "json", check=False)
+    if r.returncode != 0:
+        check = subprocess.run([str(ROOT / "hack" / "realnode" / "up.sh"), "--check"], capture_output=True,
+                               text=True, env={**os.environ, "CLUSTER_DIR": str(CLUSTER_DIR)})
+        if check.returncode != 0:
+            pytest.skip(f"no real node on this machine: {check.stdout.strip()}")
+        if os.environ.get("REAL_NODE") == "0":
+            pytest.skip("REAL_NODE=0: the cluster runs without its real node")
+        pytest.fail("this machine can run a real node but the cluster has none: run hack/realnode/up.sh")
+    node = json.loads(r.stdout)
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}.get("Ready")
+    assert ready == "True", f"node {REAL_NODE} is not Ready: {node['status']['conditions']}"
+    return REAL_NODE
 
 
 @pytest.fixture(scope="session")
@@ -52,5 +76,3 @@ def start_operator(crd, operator_kubeconfig, tmp_path) -> Iterator:
 def operator(start_operator, backend, namespace) -> Operator:
     return start_operator(backend, namespace)
 
-
-__all__ = ["ROOT"]

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.conftest import CLUSTER_DIR, kubeconfig, kubectl  # noqa: E402, F401  (shared session fixtures)
+from tests.cluster_fixtures import CLUSTER_DIR  # noqa: E402
 
 NODE = "realnode"
 LABEL = "mpijob-operator.dev/real-node"
@@ -25,25 +25,8 @@ LABEL = "mpijob-operator.dev/real-node"
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
 
-@pytest.fixture(scope="session")
-def realnode(kubectl) -> str:  # noqa: F811
-    """The real node's name, once it is Ready; skips with the reason when there is none."""
-    r = kubectl("get", "node", NODE, "-o", "json", check=False)
-    if r.returncode != 0:
-        check = subprocess.run(
-            [str(ROOT / "hack" / "realnode" / "up.sh"), "--check"],
-            capture_output=True, text=True, env={**os.environ, "CLUSTER_DIR": str(CLUSTER_DIR)},
-        )
-        if check.returncode != 0:
-            pytest.skip(f"no real node on this machine: {check.stdout.strip()}")
-        pytest.skip("no real node: the cluster was started with REAL_NODE=0 (hack/realnode/up.sh adds it)")
-    node = json.loads(r.stdout)
-    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}.get("Ready")
-    assert ready == "True", f"node {NODE} is not Ready: {node['status']['conditions']}"
-    return NODE
 
-
-def test_real_node_is_labelled_tainted_and_not_kwok(kubectl, realnode):  # noqa: F811
+def test_real_node_is_labelled_tainted_and_not_kwok(kubectl, realnode):
     node = json.loads(kubectl("get", "node", realnode, "-o", "json").stdout)
     assert node["metadata"]["labels"].get(LABEL) == "true"
     assert {"key": LABEL, "value": "true", "effect": "NoSchedule"} in node["spec"].get("taints", [])
@@ -74,7 +57,7 @@ def test_mpirun_across_pods_found_by_dns(realnode, backend):
 
 
 @pytest.mark.parametrize("backend", ["statefulset", "job"])
-def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):  # noqa: F811
+def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):
     """A worker deleted during `mpirun` fails the launcher's attempt; the worker comes back under
     the same name (StatefulSet, or the Indexed Job since a stopped worker exits non-zero) and the
     launcher Job's retry succeeds."""

@@ -19,9 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_realnode import realnode  # noqa: E402, F401  (skips without a real node)
-
-from tests.conftest import CLUSTER_DIR, kubeconfig, kubectl  # noqa: E402, F401
+from tests.cluster_fixtures import CLUSTER_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -47,14 +45,14 @@ def _mpijob(name: str, *, args: list[str] | None = None, backoff: int | None = N
     return job
 
 
-def _condition(kubectl, ns: str, name: str) -> dict[str, str]:  # noqa: F811
+def _condition(kubectl, ns: str, name: str) -> dict[str, str]:
     r = kubectl("-n", ns, "get", "mpijob", name, "-o", "json", check=False)
     if r.returncode != 0:
         return {}
     return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
 
 
-def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:  # noqa: F811
+def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         c = _condition(kubectl, ns, name)
@@ -67,12 +65,12 @@ def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:  # noqa:
     raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {c}\n{pods}")
 
 
-def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:  # noqa: F811
+def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:
     r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
     return json.loads(r.stdout)["items"]
 
 
-def _launcher_logs(kubectl, ns: str, name: str) -> str:  # noqa: F811
+def _launcher_logs(kubectl, ns: str, name: str) -> str:
     """The launcher pods' output: kubectl logs, or the kubelet's files on this machine."""
     out = []
     for pod in _pods(kubectl, ns, name, "launcher"):
@@ -86,7 +84,7 @@ def _launcher_logs(kubectl, ns: str, name: str) -> str:  # noqa: F811
     return "\n".join(out)
 
 
-def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> None:  # noqa: F811
+def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         running = [p["metadata"]["name"] for p in _pods(kubectl, ns, name, "worker")
@@ -98,7 +96,7 @@ def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> N
     raise AssertionError(f"workers still running after the MPIJob finished: {running}")
 
 
-def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):
     t0 = time.monotonic()
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(_mpijob("pi")))
     assert _wait_finished(kubectl, namespace, "pi", 240) == "Succeeded"
@@ -109,7 +107,7 @@ def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):
     _wait_workers_stopped(kubectl, namespace, "pi")
 
 
-def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, operator, namespace, backend):
     args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "1000", "--exit-code", "1"]
     job = _mpijob("pi-fail", args=args, backoff=1)
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
@@ -119,7 +117,7 @@ def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, 
     _wait_workers_stopped(kubectl, namespace, "pi-fail")
 
 
-def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, namespace, backend):
     """AtStartup: the launcher starts with the workers; their names resolve before they are Ready
     (publishNotReadyAddresses) and ssh retries until their sshd listens, 8 s late here."""
     job = _mpijob("pi-slow", policy="AtStartup", worker_command=[
@@ -129,7 +127,7 @@ def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, n
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-slow")
 
 
-def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):  # noqa: F811
+def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):
     """A worker deleted during the run breaks mpirun; the launcher Job retries, and the retry
     succeeds once the worker is back under the same name."""
     args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"]

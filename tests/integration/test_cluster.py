@@ -130,7 +130,7 @@ def test_service_account_without_permission_is_forbidden(kubectl, tmp_path, name
 
 
 def token_kubeconfig(tmp_path, token: str) -> str:
-    from tests.conftest import CLUSTER_DIR
+    from tests.cluster_fixtures import CLUSTER_DIR
 
     admin = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())
     cfg = {
