@@ -66,6 +66,14 @@ class _WatchFailed(Exception):
     """A watch ended with an API error other than Expired: relist after a backoff."""
 
 
+class _Throttled(Exception):
+    """429 or 5xx on starting a watch: back off (Retry-After when given), then watch again."""
+
+    def __init__(self, err: ApiError) -> None:
+        super().__init__(str(err))
+        self.retry_after = err.retry_after
+
+
 CONNECTION_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)
 
 
@@ -131,6 +139,11 @@ class Reflector:
                          self.last_resource_version, e)
                 metrics.watch_errors_total.labels(self.name, "expired").inc()
                 need_list = True
+            except _Throttled as e:
+                metrics.watch_errors_total.labels(self.name, "throttled").inc()
+                delay = e.retry_after or self.backoff.next()
+                log.warning("%s: watch refused (%s); watching again in %.1fs", self.name, e, delay)
+                self._sleep(delay)
             except _WatchFailed as e:
                 metrics.watch_errors_total.labels(self.name, "api").inc()
                 log.warning("%s: watch failed: %s; relisting after backoff", self.name, e)
@@ -228,7 +241,7 @@ class Reflector:
             if is_expired(e):
                 raise _Expired(str(e)) from e
             if e.status == 429 or e.status >= 500:
-                raise _WatchFailed(str(e)) from e
+                raise _Throttled(e) from e
             raise _WatchFailed(str(e)) from e
         with self._lock:
             self.current_stream = stream

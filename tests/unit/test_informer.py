@@ -232,6 +232,21 @@ def test_connection_errors_back_off_then_rewatch_without_relist(client):
         inf.stop()
 
 
+def test_throttled_watch_backs_off_and_rewatches_without_relist(client):
+    client.list_pages = [page([cm("a", 5)], 10)]
+    client.watch_scripts = [ApiError(429, "TooManyRequests", "slow down", retry_after=0.01),
+                            ApiError(503, "ServiceUnavailable", "later"),
+                            FakeStream([ev("ADDED", cm("b", 11))], end=False)]
+    inf, rec = make(client)
+    inf.start()
+    try:
+        rec.wait(2)
+        assert [q["resourceVersion"] for q in client.watch_queries[:3]] == ["10", "10", "10"]
+        assert len(client.list_queries) == 1
+    finally:
+        inf.stop()
+
+
 def test_failed_list_is_retried(client):
     client.list_pages = [urllib3.exceptions.NewConnectionError(None, "refused"),
                          ApiError(500, "InternalError", "boom"), page([cm("a", 1)], 3)]
