@@ -81,12 +81,15 @@ class Store:
 
     # -- indices -----------------------------------------------------------------------------------
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
-        """Adds indexers; existing objects are indexed at once (client-go refuses after start; we allow)."""
+        """Adds indexers; existing objects are indexed at once (client-go refuses after start; we allow).
+        Registering the same function under the same name again is a no-op; another one is an error."""
         with self._lock:
-            for name in indexers:
-                if name in self._indexers:
+            for name, fn in indexers.items():
+                if name in self._indexers and self._indexers[name] is not fn:
                     raise ValueError(f"indexer {name!r} already exists")
             for name, fn in indexers.items():
+                if name in self._indexers:
+                    continue
                 self._indexers[name] = fn
                 index: dict[str, set[str]] = {}
                 self._indices[name] = index

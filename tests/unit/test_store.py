@@ -148,8 +148,9 @@ def test_add_indexers_indexes_existing_objects_and_rejects_duplicates():
     s.add(obj("a", "n1"))
     s.add_indexers({NAMESPACE_INDEX: namespace_index})
     assert len(s.by_index(NAMESPACE_INDEX, "n1")) == 1
+    s.add_indexers({NAMESPACE_INDEX: namespace_index})  # the same function again: a no-op
     with pytest.raises(ValueError):
-        s.add_indexers({NAMESPACE_INDEX: namespace_index})
+        s.add_indexers({NAMESPACE_INDEX: controller_uid_index})
 
 
 def test_replace_rebuilds_indices():
