@@ -194,9 +194,16 @@ def _config_volume(mpijob: Obj) -> Obj:
     }
 
 
+def _list_field(obj: Obj, key: str) -> list:
+    """obj[key] as a list to append to; an explicit null (`volumes: null`) counts as empty."""
+    if obj.get(key) is None:
+        obj[key] = []
+    return obj[key]
+
+
 def _add_env(container: Obj, env: list[tuple[str, str]]) -> None:
     """Adds variables the user did not set (a user's own value wins)."""
-    existing = container.setdefault("env", [])
+    existing = _list_field(container, "env")
     have = {e.get("name") for e in existing if isinstance(e, dict)}
     for name, value in env:
         if name not in have:
@@ -204,13 +211,13 @@ def _add_env(container: Obj, env: list[tuple[str, str]]) -> None:
 
 
 def _add_mount(container: Obj, name: str, path: str) -> None:
-    mounts = container.setdefault("volumeMounts", [])
+    mounts = _list_field(container, "volumeMounts")
     if not any(isinstance(m, dict) and m.get("name") == name for m in mounts):
         mounts.append({"name": name, "mountPath": path})
 
 
 def _add_volume(pod_spec: Obj, volume: Obj) -> None:
-    volumes = pod_spec.setdefault("volumes", [])
+    volumes = _list_field(pod_spec, "volumes")
     if not any(isinstance(v, dict) and v.get("name") == volume["name"] for v in volumes):
         volumes.append(volume)
 
@@ -228,8 +235,7 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     spec["dnsConfig"] = dns
     search = f"{n.service_name(mpijob)}.{n.job_namespace(mpijob)}.svc." + (
         config.cluster_domain.strip(".") or DEFAULT_CLUSTER_DOMAIN)
-    searches = dns.setdefault("searches", []) or []
-    dns["searches"] = searches
+    searches = _list_field(dns, "searches")
     if search not in searches:
         searches.append(search)
     if spec.get("hostNetwork"):

@@ -123,6 +123,23 @@ def test_user_template_fields_are_kept():
         {"name": "data", "emptyDir": {}}]  # the MPIJob itself is not modified
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explicit_null_lists_in_templates_are_empty(backend):
+    """`volumes: null` or `env: null` in a user's template (valid YAML) are treated as empty."""
+    job = mpijob()
+    for rtype in ("Launcher", "Worker"):
+        spec = job["spec"]["mpiReplicaSpecs"][rtype]["template"]["spec"]
+        spec["volumes"] = None
+        spec["dnsConfig"] = {"searches": None}
+        spec["containers"][0].update(env=None, volumeMounts=None)
+    cfg = Config(worker_backend=backend)
+    for obj in (dz.workers(with_defaults(job), cfg), dz.launcher(with_defaults(job), cfg)):
+        pod_spec = obj["spec"]["template"]["spec"]
+        assert [v["name"] for v in pod_spec["volumes"]][:1] == [dz.SSH_VOLUME]
+        assert pod_spec["dnsConfig"]["searches"] == ["pi.ns.svc.cluster.local"]
+        assert pod_spec["containers"][0]["volumeMounts"]
+
+
 def test_worker_without_command_runs_sshd():
     job = mpijob()
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] = [container("w")]
