@@ -352,7 +352,9 @@ class _Planner:
         lst = ((self.obs.launcher or {}).get("status") or {}) if self.owned(self.obs.launcher) else {}
         worker_failed = any((p.get("status") or {}).get("phase") == "Failed" for p in self.worker_pods)
         worker_lost = st.is_true(self.old_status, st.RUNNING) and not self.workers_ready()
-        launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0
+        # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
+        launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in self.launcher_pods)
+        launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
         if running:
             msg = f"MPIJob {self.key} is running: the launcher and {count} worker(s) are ready."
             if self.cond(st.RUNNING, "True", st.R_RUNNING, msg):

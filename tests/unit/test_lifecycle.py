@@ -207,6 +207,19 @@ def test_restarting_when_the_launcher_failed_and_retries(backend):
     assert cond(p.status, st.RUNNING)["status"] == "True" and cond(p.status, st.RESTARTING) is None
 
 
+def test_a_retry_that_succeeded_is_not_restarting_before_the_job_counts_it(backend):
+    """The retried launcher pod Succeeded but the Job controller has not counted it yet
+    (status.failed=1, succeeded=0, no active pod): no spurious Restarting on the way to Succeeded."""
+    job, obs = running_state(mpijob(), backend)
+    workers = [p for p in obs.pods if "worker" in p["metadata"]["name"]]
+    obs = replace(obs, launcher=with_status(obs.launcher, active=0, ready=0, failed=1),
+                  pods=[pod(job, "launcher", phase="Failed"), pod(job, "launcher", index=1, phase="Succeeded"),
+                        *workers])
+    p = run(job, obs, backend=backend)
+    assert cond(p.status or job["status"], st.RESTARTING) is None
+    assert "MPIJobRestarting" not in events(p)
+
+
 def test_restarting_when_a_worker_is_lost(backend):
     job, obs = running_state(mpijob(), backend)
     obs = workers_ready(obs, 1)
