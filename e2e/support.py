@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.waiting import wait_until  # noqa: E402
 
-CRD = Path(os.environ.get("MPIJOB_CRD", ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"))
+CRD = ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
 JOB_NAME = "training.kubeflow.org/job-name"
 ROLE = "training.kubeflow.org/job-role"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"

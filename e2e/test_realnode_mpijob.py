@@ -140,7 +140,10 @@ def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, nam
             break
         time.sleep(0.5)
     time.sleep(5)
-    kubectl("-n", namespace, "delete", "pod", "pi-kill-worker-0", "--wait=false")
+    # Worker 0 by hostname: a StatefulSet pod is named so, an Indexed Job pod has a random suffix.
+    (victim,) = [p["metadata"]["name"] for p in _pods(kubectl, namespace, "pi-kill", "worker")
+                 if p["spec"].get("hostname") == "pi-kill-worker-0" and p["status"].get("phase") == "Running"]
+    kubectl("-n", namespace, "delete", "pod", victim, "--wait=false")
     assert _wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
     launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
     assert any(p["status"].get("phase") == "Failed" for p in launchers), "no launcher attempt failed"

@@ -10,7 +10,7 @@ CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 out=${1:-$CLUSTER_DIR/operator.kubeconfig}
 k() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
 
-k apply --server-side --force-conflicts -f "${MPIJOB_CRD:-$root/manifests/crd/kubeflow.org_mpijobs.yaml}" >/dev/null
+k apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
 k apply -k "$root/manifests/rbac" >/dev/null
 k wait --for=condition=Established crd/mpijobs.kubeflow.org --timeout=60s >/dev/null
 token=$(k -n mpi-operator create token mpi-operator --duration=24h)
