@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -17,9 +16,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tests.cluster_fixtures import CLUSTER_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -71,17 +67,9 @@ def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:
 
 
 def _launcher_logs(kubectl, ns: str, name: str) -> str:
-    """The launcher pods' output: kubectl logs, or the kubelet's files on this machine."""
-    out = []
-    for pod in _pods(kubectl, ns, name, "launcher"):
-        r = kubectl("-n", ns, "logs", pod["metadata"]["name"], check=False)
-        if r.returncode == 0:
-            out.append(r.stdout)
-            continue
-        d = CLUSTER_DIR / "realnode" / "pod-logs" / f"{ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}"
-        for f in sorted(d.glob("*/*.log")):
-            out.extend(line.split(" ", 3)[-1] for line in f.read_text().splitlines())
-    return "\n".join(out)
+    """The output of every launcher pod (attempt) of the MPIJob, through the API server."""
+    return "\n".join(kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout
+                     for p in _pods(kubectl, ns, name, "launcher"))
 
 
 def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> None:

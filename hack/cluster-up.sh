@@ -73,6 +73,7 @@ start kube-apiserver "$B/kube-apiserver" \
   --client-ca-file="$P/ca.crt" \
   --kubelet-client-certificate="$P/apiserver-kubelet-client.crt" \
   --kubelet-client-key="$P/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
   --service-cluster-ip-range=10.96.0.0/16 \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \

@@ -84,7 +84,7 @@ def run_backend(backend: str, kubeconfig: str, real: bool) -> dict:
             wall = time.monotonic() - t0
             output = ""
             if real:
-                output = kubectl("-n", ns, "logs", f"job/{name}-launcher", check=False).stdout.strip()
+                output = kubectl("-n", ns, "logs", f"job/{name}-launcher").stdout.strip()
                 for line in output.splitlines()[-6:]:
                     say(f"launcher | {line}")
             time.sleep(1)
