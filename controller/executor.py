@@ -34,9 +34,14 @@ class ForeignObject(Exception):
     """A child's name is taken by an object this MPIJob does not control."""
 
 
+def _precondition_failed(e: ApiError) -> bool:
+    """A uid precondition that does not hold: a 409 that no retry will change."""
+    return e.status == 409 and "precondition" in (e.message or "").lower()
+
+
 def _retriable(e: BaseException) -> bool:
     if isinstance(e, ApiError):
-        return e.status in RETRIABLE_STATUS and e.reason != "AlreadyExists"
+        return e.status in RETRIABLE_STATUS and e.reason != "AlreadyExists" and not _precondition_failed(e)
     return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
@@ -133,7 +138,7 @@ class Executor:
             self._call("DELETE", r.path(d.ref.namespace, d.ref.name), body=body)
         except ApiError as e:
             # NotFound: already gone. Conflict on the uid precondition: a namesake, not ours to delete.
-            if e.status == 404 or (e.status == 409 and d.uid and "precondition" in e.message.lower()):
+            if e.status == 404 or (d.uid and _precondition_failed(e)):
                 return
             raise
         log.info("deleted", kind=d.ref.kind, name=d.ref.name, why=d.reason)
