@@ -19,6 +19,7 @@ import urllib3
 from controller import logs, metrics
 from informers.resources import EVENTS, MPIJOBS, resource_for
 from informers.rest import ApiError, RestClient
+from reconcilers.diff import merge_patch
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 
 log = logs.get("executor")
@@ -147,9 +148,11 @@ class Executor:
     def _status(self, mpijob: dict, status: dict, res: Result) -> None:
         meta = mpijob["metadata"]
         metrics.api_writes.labels("patch", "MPIJob/status").inc()
-        # A merge patch replaces lists whole: conditions are always sent complete.
+        # Only the operator writes status, and expectations keep the cached copy current, so the
+        # patch from it also clears what the new status dropped (a merge patch replaces lists whole).
+        patch = merge_patch(mpijob.get("status") or {}, status)
         out = self._call("PATCH", MPIJOBS.path(meta["namespace"], meta["name"], "status"),
-                         body={"status": status}, content_type=MERGE_PATCH)
+                         body={"status": patch}, content_type=MERGE_PATCH)
         res.mpijob = out
         res.written[(MPIJOBS.plural, meta["namespace"], meta["name"])] = out["metadata"]["resourceVersion"]
 

@@ -55,6 +55,19 @@ def _put(patch: Obj, path: tuple[str, ...], value: Any) -> None:
     patch[path[-1]] = value
 
 
+def merge_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge patch that turns `old` into `new` (keys gone from `new` become null)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: Obj = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        if k not in old:
+            patch[k] = v
+        elif old[k] != v:
+            patch[k] = merge_patch(old[k], v)
+    return patch
+
+
 def template_hash_of(obj: Obj | None) -> str | None:
     return _get(obj, "metadata", "annotations", n.TEMPLATE_HASH_ANNOTATION)
 
