@@ -6,7 +6,7 @@ import argparse
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -86,27 +86,9 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str] | None = None) -> Options:
     a = parser().parse_args(argv)
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    return Options(
-        kubeconfig=a.kubeconfig,
-        worker_backend=a.worker_backend,
-        namespace=a.namespace,
-        threadiness=a.threadiness,
-        kube_api_qps=a.kube_api_qps,
-        kube_api_burst=a.kube_api_burst,
-        resync_period=a.resync_period,
-        metrics_bind_address=a.metrics_bind_address,
-        health_probe_bind_address=a.health_probe_bind_address,
-        leader_elect=a.leader_elect,
-        leader_election_namespace=a.leader_election_namespace,
-        leader_election_id=a.leader_election_id,
-        identity=identity,
-        cluster_domain=a.cluster_domain,
-        controller_name=a.controller_name,
-        log_format=a.log_format,
-        log_level=a.log_level,
-        queue_qps=a.queue_qps,
-        queue_burst=a.queue_burst,
-    )
+    # Every Options field but identity is a flag of the same name (dashes for underscores).
+    flags = {f.name: getattr(a, f.name) for f in fields(Options) if f.name != "identity"}
+    return Options(identity=identity, **flags)
 
 
 def split_bind(address: str) -> tuple[str, int] | None:

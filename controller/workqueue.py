@@ -63,54 +63,55 @@ class RateLimiter(Protocol):
     def num_requeues(self, item: Hashable) -> int: ...
 
 
-class ItemExponentialFailureRateLimiter:
-    """base * 2^failures per item, capped at max_delay (client-go: 5 ms to 1000 s)."""
+class _PerItemFailures:
+    """Counts failures per item: the bookkeeping shared by the per-item limiters."""
 
-    def __init__(self, base: float = 0.005, max_delay: float = 1000.0) -> None:
-        self.base, self.max_delay = base, max_delay
+    def __init__(self) -> None:
         self._failures: dict[Hashable, int] = {}
         self._lock = threading.Lock()
 
-    def when(self, item: Hashable) -> float:
+    def _fail(self, item: Hashable) -> int:
+        """Records one more failure; returns how many there were before it."""
         with self._lock:
-            exp = self._failures.get(item, 0)
-            self._failures[item] = exp + 1
+            n = self._failures.get(item, 0)
+            self._failures[item] = n + 1
+        return n
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+
+class ItemExponentialFailureRateLimiter(_PerItemFailures):
+    """base * 2^failures per item, capped at max_delay (client-go: 5 ms to 1000 s)."""
+
+    def __init__(self, base: float = 0.005, max_delay: float = 1000.0) -> None:
+        super().__init__()
+        self.base, self.max_delay = base, max_delay
+
+    def when(self, item: Hashable) -> float:
+        exp = self._fail(item)
         try:
             backoff = self.base * math.pow(2, exp)
         except OverflowError:  # client-go guards int64 overflow the same way
             return self.max_delay
         return min(backoff, self.max_delay)
 
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
 
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
-
-
-class ItemFastSlowRateLimiter:
+class ItemFastSlowRateLimiter(_PerItemFailures):
     """fast_delay for the first max_fast_attempts failures of an item, then slow_delay."""
 
     def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        super().__init__()
         self.fast_delay, self.slow_delay, self.max_fast_attempts = fast_delay, slow_delay, max_fast_attempts
-        self._failures: dict[Hashable, int] = {}
-        self._lock = threading.Lock()
 
     def when(self, item: Hashable) -> float:
-        with self._lock:
-            n = self._failures.get(item, 0) + 1
-            self._failures[item] = n
+        n = self._fail(item) + 1
         return self.fast_delay if n <= self.max_fast_attempts else self.slow_delay
-
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
-
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
 
 
 class BucketRateLimiter:

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from reconcilers.diff import merge_patch
-
-
-def apply_merge_patch(target, patch):
-    """RFC 7386 section 2, as the API server applies it."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = apply_merge_patch(out.get(k), v)
-    return out
+from tests.unit.sim import merge_patch as apply_merge_patch
 
 
 @pytest.mark.parametrize("old,new,patch", [
