@@ -1,0 +1,97 @@
+"""controller.expectations: a reconcile waits until the cache shows the operator's own writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.expectations import Expectations, rv_at_least
+
+KEY = ("jobs", "ns", "pi-launcher")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def obj(rv: str, uid: str = "u1", deleting: bool = False) -> dict:
+    meta = {"resourceVersion": rv, "uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def exp(clock) -> Expectations:
+    return Expectations(ttl=60, clock=clock)
+
+
+@pytest.mark.parametrize("seen,written,ok", [
+    ("10", "10", True), ("11", "10", True), ("9", "10", False), (None, "10", False), ("abc", "10", True),
+])
+def test_rv_at_least(seen, written, ok):
+    assert rv_at_least(seen, written) is ok
+
+
+def test_nothing_expected_is_satisfied(exp):
+    assert exp.satisfied("ns/pi") and exp.pending("ns/pi") == []
+
+
+@pytest.mark.parametrize("cached,done", [
+    (None, False), (obj("41"), False), (obj("42"), True), (obj("43"), True),
+])
+def test_written_object_waits_for_its_resource_version(exp, cached, done):
+    exp.expect_object("ns/pi", KEY, "42")
+    exp.observe("ns/pi", KEY, cached)
+    assert exp.satisfied("ns/pi") is done
+
+
+@pytest.mark.parametrize("cached,done", [
+    (obj("5"), False), (None, True), (obj("6", deleting=True), True), (obj("7", uid="u2"), True),
+])
+def test_deleted_object_waits_until_gone_deleting_or_replaced(exp, cached, done):
+    exp.expect_gone("ns/pi", KEY, uid="u1")
+    exp.observe("ns/pi", KEY, cached)
+    assert exp.satisfied("ns/pi") is done
+
+
+def test_every_pending_write_must_be_seen(exp):
+    other = ("configmaps", "ns", "pi-config")
+    exp.expect_object("ns/pi", KEY, "42")
+    exp.expect_object("ns/pi", other, "43")
+    exp.observe("ns/pi", KEY, obj("42"))
+    assert not exp.satisfied("ns/pi") and exp.pending("ns/pi") == [other]
+    exp.observe("ns/pi", other, obj("43"))
+    assert exp.satisfied("ns/pi")
+
+
+def test_owners_are_independent(exp):
+    exp.expect_object("ns/a", KEY, "42")
+    assert exp.satisfied("ns/b") and not exp.satisfied("ns/a")
+
+
+def test_expired_expectations_give_way_to_the_cache(exp, clock):
+    exp.expect_object("ns/pi", KEY, "42")
+    clock.t += 59
+    assert not exp.satisfied("ns/pi")
+    clock.t += 2
+    assert exp.satisfied("ns/pi") and exp.pending("ns/pi") == []
+
+
+def test_forget(exp):
+    exp.expect_object("ns/pi", KEY, "42")
+    exp.forget("ns/pi")
+    assert exp.satisfied("ns/pi")
+
+
+def test_observing_an_unexpected_object_is_harmless(exp):
+    exp.observe("ns/pi", KEY, obj("1"))
+    assert exp.satisfied("ns/pi")
