@@ -1,165 +1,562 @@
-"""Benchmark of the whole operator on the local cluster (not a timed test), per worker backend
-and number of MPIJobs submitted at once (DESIGN.md section 4):
+"""Benchmark of the whole operator on the local cluster (not a timed test), per worker backend and
+number of MPIJobs submitted at once (DESIGN.md section 4):
 
-- throughput: MPIJobs brought to Running per second (first create sent -> last Running seen);
-- latency: MPIJob create acknowledged -> its launcher Job seen by a watch (p50, p95, max);
-- API requests per MPIJob sent by the operator (rest_client_requests_total) and its writes;
-- CPU seconds and peak / idle memory (RSS) of the operator process.
+- throughput: MPIJobs brought to condition Running=True per second, from the first create sent to
+  the last Running seen by a watch;
+- latency, MPIJob submitted -> its launcher Job created: from server timestamps (creationTimestamps,
+  one-second resolution) and from local clocks (create request sent -> launcher Job seen by a watch);
+  p50, p95, max;
+- API requests per MPIJob sent by the operator (its /metrics, rest_client_requests_total by method)
+  and the writes its executor sent (mpi_operator_api_writes_total by verb);
+- CPU seconds (user+system, /proc/<pid>/stat) of the operator process, its peak RSS (VmHWM), its RSS
+  when ready with nothing to do, and its RSS once every MPIJob is synced and the operator is quiet.
 
-The operator runs as a process with the ServiceAccount of manifests/ (as the e2e tests do); pods
-are simulated by kwok, launchers "run" 10 minutes so every MPIJob stays Running.
+Each run has a fresh namespace and a fresh operator process (`python -m controller`) that
+authenticates as the ServiceAccount of manifests/rbac (hack/operator-kubeconfig.sh). Pods are
+simulated by kwok; launchers are annotated to "run" 10 minutes, so every MPIJob stays Running. The
+MPIJobs use launcherCreationPolicy AtStartup (the API's default), so the launcher latency is the
+operator's, not the time kwok takes to make the workers ready.
 
     python bench/bench_operator.py [--backends job,statefulset] [--sizes 1,100,1000]
+
+Uses $KUBECONFIG or .cluster/kubeconfig; starts the local cluster (hack/cluster-up.sh, REAL_NODE=0
+unless set) when it is not up. Fails (RuntimeError) with the MPIJobs that did not get to Running.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "e2e"))
 
-from support import Operator, mpijob, service_account_kubeconfig  # noqa: E402
+from informers.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
+from informers.rest import ApiError, RestClient  # noqa: E402
 
-from informers.informer import SharedInformer  # noqa: E402
-from informers.resources import JOBS, MPIJOBS  # noqa: E402
-from informers.rest import RestClient  # noqa: E402
-
+BACKENDS = ("job", "statefulset")
+SIZES = (1, 100, 1000)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+RUN_FOR = "sim.mpijob-operator.dev/run-for"
+ROLE_LABEL = "training.kubeflow.org/job-role"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+LAUNCHER_POLICY = "AtStartup"
+SUBMIT_THREADS = 16
+OPERATOR_FLAGS = ("--threadiness=8", "--kube-api-qps=500", "--kube-api-burst=1000", "--log-format=json",
+                  "--log-level=info")
 
 
-def _proc(pid: int) -> dict:
-    """CPU seconds (user+system) and RSS figures of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    mib = lambda key: round(int(status[key].split()[0]) / 1024, 1)  # noqa: E731
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / CLK_TCK, "rss_mib": mib("VmRSS"), "hwm_mib": mib("VmHWM")}
+# --- the cluster -------------------------------------------------------------------------------------
 
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
-
-
-def _running(obj: dict) -> bool:
-    return any(c.get("type") == "Running" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
-
-
-def run_one(admin: RestClient, sa_kubeconfig: str, backend: str, n: int, timeout: float) -> dict:
-    ns = f"bench-{backend[:3]}-{n}-{uuid.uuid4().hex[:5]}"
-    admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-    created: dict[str, float] = {}
-    launcher_seen: dict[str, float] = {}
-    running_seen: dict[str, float] = {}
-    all_running = threading.Event()
-
-    def on_job(obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        if name.endswith("-launcher"):
-            launcher_seen.setdefault(name[: -len("-launcher")], time.monotonic())
-
-    def on_mpijob(obj: dict) -> None:
-        if _running(obj):
-            running_seen.setdefault(obj["metadata"]["name"], time.monotonic())
-            if len(running_seen) >= n:
-                all_running.set()
-
-    watches = [SharedInformer(admin, JOBS, namespace=ns), SharedInformer(admin, MPIJOBS, namespace=ns)]
-    watches[0].add_event_handler(on_add=on_job)
-    watches[1].add_event_handler(on_add=on_mpijob, on_update=lambda old, new: on_mpijob(new))
-    for w in watches:
-        w.start()
-    with tempfile.TemporaryDirectory() as tmp:
-        op = Operator(sa_kubeconfig, backend, ns, Path(tmp) / "operator.log",
-                      ("--threadiness=8", "--kube-api-qps=500", "--kube-api-burst=1000", "--log-level=info"),
-                      lease=f"bench-{ns}")
+def ensure_cluster(kubeconfig: str | None = None) -> str:
+    """The admin kubeconfig of a reachable cluster; starts the local one (hack/cluster-up.sh) if needed."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
+    if Path(path).exists():
         try:
-            op.wait_ready()
-            idle = _proc(op.proc.pid)
-            requests0 = op.metric("rest_client_requests_total")
-            writes0 = op.metric("mpi_operator_api_writes_total")
+            RestClient.from_kubeconfig(path).request("GET", "/version", timeout=5)
+            return path
+        except Exception as e:  # any failure means: not up
+            print(f">> cluster at {path} not reachable ({type(e).__name__})", file=sys.stderr)
+    if kubeconfig or os.environ.get("KUBECONFIG"):
+        raise RuntimeError(f"the cluster of {path} is not reachable")
+    print(">> hack/cluster-up.sh", file=sys.stderr, flush=True)
+    subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True,
+                   env={**os.environ, "REAL_NODE": os.environ.get("REAL_NODE", "0")})
+    return str(ROOT / ".cluster" / "kubeconfig")
 
-            def submit(i: int) -> None:
-                job = mpijob(f"m{i:04d}", workers=2, launcher_runs="600s")
-                admin.request("POST", MPIJOBS.path(ns), body=job)
-                created[job["metadata"]["name"]] = time.monotonic()
 
-            t0 = time.monotonic()
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(submit, range(n)))
-            ok = all_running.wait(timeout)
-            t_end = max(running_seen.values(), default=time.monotonic())
-            busy = _proc(op.proc.pid)
-            requests = op.metric("rest_client_requests_total") - requests0
-            writes = op.metric("mpi_operator_api_writes_total") - writes0
-        finally:
-            op.stop()
-            for w in watches:
-                w.stop()
-            admin.request("DELETE", f"/api/v1/namespaces/{ns}")
-    if not ok:
-        missing = sorted(set(created) - set(running_seen))[:10]
-        raise SystemExit(f"bench: {n - len(running_seen)} of {n} MPIJobs ({backend}) not Running after "
-                         f"{timeout:.0f}s, e.g. {missing}; operator log: see the e2e support Operator")
-    lat = [launcher_seen[k] - created[k] for k in created if k in launcher_seen]
+def operator_kubeconfig(out: Path, admin_kubeconfig: str) -> str:
+    """hack/operator-kubeconfig.sh: CRD and RBAC applied, a kubeconfig with the ServiceAccount's token."""
+    cluster_dir = Path(admin_kubeconfig).resolve().parent
+    env = {**os.environ, "CLUSTER_DIR": os.environ.get("CLUSTER_DIR", str(cluster_dir))}
+    r = subprocess.run([str(ROOT / "hack" / "operator-kubeconfig.sh"), str(out)], capture_output=True, text=True,
+                       timeout=180, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"hack/operator-kubeconfig.sh failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return str(out)
+
+
+def mpijob(name: str, *, workers: int = 2, run_for: str = "600s") -> dict:
+    """An MPIJob for simulated (kwok) pods whose launcher keeps running for `run_for`."""
+    container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
     return {
-        "backend": backend, "mpijobs": n,
-        "running_per_s": round(n / (t_end - t0), 2),
-        "all_running_s": round(t_end - t0, 2),
-        "launcher_latency_p50_s": round(_pct(lat, 0.5), 3),
-        "launcher_latency_p95_s": round(_pct(lat, 0.95), 3),
-        "launcher_latency_max_s": round(max(lat, default=float("nan")), 3),
-        "api_requests_per_mpijob": round(requests / n, 2),
-        "api_writes_per_mpijob": round(writes / n, 2),
-        "operator_cpu_s": round(busy["cpu_s"] - idle["cpu_s"], 2),
-        "operator_idle_rss_mib": idle["rss_mib"],
-        "operator_peak_rss_mib": busy["hwm_mib"],
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": name, "labels": {"bench": "1"}},
+        "spec": {
+            "slotsPerWorker": 1,
+            "launcherCreationPolicy": LAUNCHER_POLICY,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {
+                    "metadata": {"annotations": {RUN_FOR: run_for}},
+                    "spec": {"containers": [{**container, "command": ["mpirun", "/pi"]}]}}},
+                "Worker": {"replicas": workers, "template": {
+                    "spec": {"containers": [{**container, "command": ["/usr/sbin/sshd", "-De"]}]}}},
+            },
+        },
     }
 
 
-def run(backends: list[str], sizes: list[int], kubeconfig: str) -> dict:
-    admin = RestClient.from_kubeconfig(kubeconfig, qps=500, burst=1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        sa = service_account_kubeconfig(Path(tmp) / "operator.kubeconfig")
-        results = [run_one(admin, sa, b, n, timeout=120 + n * 0.5) for b in backends for n in sizes]
-    return {"benchmark": "operator", "results": results}
+# --- the operator process ----------------------------------------------------------------------------
+
+def proc_stats(pid: int) -> dict:
+    """CPU seconds (user+system) and memory of a process, from /proc (psutil is not a dependency)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    status = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        status[key] = value
+    kib = lambda key: int(status[key].split()[0])  # noqa: E731
+    # fields[0] is the state (field 3 of stat): utime and stime are fields 14 and 15
+    return {"cpu_s": (int(fields[11]) + int(fields[12])) / CLK_TCK,
+            "rss_mib": round(kib("VmRSS") / 1024, 1), "hwm_mib": round(kib("VmHWM") / 1024, 1)}
 
 
-COLUMNS = ["backend", "mpijobs", "running_per_s", "all_running_s", "launcher_latency_p50_s",
-           "launcher_latency_p95_s", "launcher_latency_max_s", "api_requests_per_mpijob", "api_writes_per_mpijob",
-           "operator_cpu_s", "operator_idle_rss_mib", "operator_peak_rss_mib"]
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def sum_by(samples: list[tuple[str, dict, float]], name: str, label: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n, labels, value in samples:
+        if n == name:
+            key = labels.get(label, "")
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    """`python -m controller` for one namespace, its log in a file."""
+
+    def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path) -> None:
+        self.metrics_port, self.health_port = _free_port(), _free_port()
+        self.log_path = log_path
+        self.args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
+                     f"--worker-backend={backend}", f"--namespace={namespace}", *OPERATOR_FLAGS,
+                     f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                     f"--health-probe-bind-address=127.0.0.1:{self.health_port}"]
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
+        self._log = open(log_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     env={**env, "PYTHONUNBUFFERED": "1"})
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError as e:
+            return 0, str(e)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the operator exited with {self.proc.returncode}; log {self.log_path}:\n{self.tail()}")
+
+    def wait_ready(self, timeout: float = 90) -> float:
+        t0 = time.monotonic()
+        while self._get(self.health_port, "/readyz")[0] != 200:
+            self.check_alive()
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"the operator not ready after {timeout}s; log {self.log_path}:\n{self.tail()}")
+            time.sleep(0.1)
+        return time.monotonic() - t0
+
+    def metrics(self) -> list[tuple[str, dict, float]]:
+        code, text = self._get(self.metrics_port, "/metrics")
+        if code != 200:
+            raise RuntimeError(f"operator /metrics answered {code}: {text[:200]}")
+        return parse_metrics(text)
+
+    def stats(self) -> dict:
+        return proc_stats(self.proc.pid)
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+    def tail(self, n: int = 30) -> str:
+        with contextlib.suppress(ValueError):
+            self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+# --- watching ----------------------------------------------------------------------------------------
+
+class Watch:
+    """A watch on one resource in one namespace, calling on_event(type, obj, local receive time) from its
+    own thread as soon as each event is read (no informer queue in between)."""
+
+    def __init__(self, client: RestClient, res: Resource, ns: str,
+                 on_event: Callable[[str, dict, float], None], selector: str | None = None) -> None:
+        self.client, self.res, self.ns, self.on_event, self.selector = client, res, ns, on_event, selector
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._stream = None
+        self._rv = self._list()
+        self._thread = threading.Thread(target=self._loop, name=f"watch-{res.plural}", daemon=True)
+
+    def _list(self) -> str:
+        body = self.client.request("GET", self.res.path(self.ns), query={"labelSelector": self.selector})
+        t = time.monotonic()
+        for item in body.get("items") or []:
+            self.on_event("ADDED", item, t)
+        return body["metadata"]["resourceVersion"]
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                query = {"resourceVersion": self._rv, "allowWatchBookmarks": True, "timeoutSeconds": 120,
+                         "labelSelector": self.selector}
+                self._stream = self.client.stream(self.res.path(self.ns), query=query, timeout=150)
+                for ev in self._stream:
+                    t = time.monotonic()
+                    if ev["type"] == "ERROR":
+                        if (ev.get("object") or {}).get("code") == 410:  # expired: list again
+                            self._rv = self._list()
+                            break
+                        raise ApiError.from_status(ev.get("object") or {})
+                    self._rv = ev["object"]["metadata"]["resourceVersion"]
+                    if ev["type"] != "BOOKMARK":
+                        self.on_event(ev["type"], ev["object"], t)
+            except Exception as e:  # reconnect; counted and reported
+                if self._stop.is_set():
+                    return
+                self.errors.append(f"{type(e).__name__}: {e}"[:200])
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._stream is not None:
+            self._stream.shutdown()
+        self._thread.join(5)
+
+
+# --- one run -----------------------------------------------------------------------------------------
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values), max(1, math.ceil(q * len(values)))) - 1]  # nearest rank
+
+
+def _dist(values: list[float], digits: int = 3) -> dict:
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, digits)
+    return {"p50": r(_pct(values, 0.50)), "p95": r(_pct(values, 0.95)), "max": r(max(values, default=None)),
+            "n": len(values)}
+
+
+def _condition(obj: dict, ctype: str) -> bool:
+    return any(c.get("type") == ctype and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _ts(obj: dict) -> float:
+    return datetime.fromisoformat(obj["metadata"]["creationTimestamp"]).timestamp()
+
+
+def _delta(after: dict[str, float], before: dict[str, float], n: int) -> dict[str, float]:
+    return {k: round((after.get(k, 0.0) - before.get(k, 0.0)) / n, 2) for k in sorted(set(after) | set(before))
+            if after.get(k, 0.0) != before.get(k, 0.0)}
+
+
+def _wait_quiet(op: OperatorProcess, quiet_s: float = 3.0, timeout: float = 120) -> float:
+    """Waits until the operator sends no API request for `quiet_s` seconds; returns how long that took."""
+    t0 = time.monotonic()
+    last, since = None, time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        total = sum(sum_by(op.metrics(), "rest_client_requests_total", "method").values())
+        if total != last:
+            last, since = total, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(0.5)
+    return round(time.monotonic() - t0, 1)
+
+
+def cleanup_namespace(client: RestClient, ns: str, wait_s: float) -> float:
+    """Deletes the namespace, then force-deletes its pods (a terminating namespace gets no new ones), so
+    that the simulated nodes' pod capacity is free for the next run. Waits up to `wait_s` for the pods to
+    be gone (0: no wait); returns the seconds waited."""
+    t0 = time.monotonic()
+    with contextlib.suppress(ApiError):
+        client.request("DELETE", NAMESPACES.path(None, ns))
+    while True:
+        with contextlib.suppress(ApiError):
+            client.request("DELETE", PODS.path(ns), query={"gracePeriodSeconds": 0}, timeout=300)
+        if time.monotonic() - t0 >= wait_s:
+            return round(time.monotonic() - t0, 1)
+        try:
+            left = client.request("GET", PODS.path(ns), query={"limit": 1})["items"]
+        except ApiError as e:
+            if e.status == 404:
+                left = []
+            else:
+                raise
+        if not left:
+            return round(time.monotonic() - t0, 1)
+        time.sleep(2)
+
+
+def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_dir: Path,
+            timeout: float, cleanup_wait_s: float) -> dict:
+    ns = f"bench-{backend[:3]}-{n}-{uuid.uuid4().hex[:5]}"
+    print(f">> operator benchmark: backend {backend}, {n} MPIJobs, namespace {ns}", file=sys.stderr, flush=True)
+    client.request("POST", NAMESPACES.path(), body={"metadata": {"name": ns}})
+    lock = threading.Lock()
+    sent: dict[str, float] = {}
+    acked: dict[str, float] = {}
+    launcher_seen: dict[str, float] = {}
+    running_seen: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    all_running = threading.Event()
+
+    def on_job(typ: str, obj: dict, t: float) -> None:
+        owner = (obj["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
+        if owner and typ in ("ADDED", "MODIFIED"):
+            with lock:
+                launcher_seen.setdefault(owner, t)
+
+    def on_mpijob(typ: str, obj: dict, t: float) -> None:
+        name = obj["metadata"]["name"]
+        with lock:
+            if _condition(obj, "Running"):
+                running_seen.setdefault(name, t)
+                if len(running_seen) >= n:
+                    all_running.set()
+            if _condition(obj, "Failed"):
+                failed[name] = next(f"{c.get('reason')}: {c.get('message')}" for c in obj["status"]["conditions"]
+                                    if c.get("type") == "Failed")
+
+    watches = [Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start(),
+               Watch(client, MPIJOBS, ns, on_mpijob).start()]
+    op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log")
+    result: dict = {"backend": backend, "mpijobs": n, "namespace": ns}
+    try:
+        result["operator_ready_s"] = round(op.wait_ready(), 2)
+        time.sleep(1)  # the first resync-free moment after the caches synced
+        idle, m0 = op.stats(), op.metrics()
+
+        def submit(i: int) -> None:
+            name = f"mj-{i:04d}"
+            body = mpijob(name)
+            for attempt in range(10):
+                t = time.monotonic()
+                try:
+                    client.request("POST", MPIJOBS.path(ns), body=body)
+                except ApiError as e:
+                    if e.status in (429, 500, 503, 504) and attempt < 9:
+                        time.sleep(e.retry_after or 0.2)
+                        continue
+                    raise
+                with lock:
+                    sent[name], acked[name] = t, time.monotonic()
+                return
+
+        t_first = time.monotonic()
+        with ThreadPoolExecutor(SUBMIT_THREADS) as pool:
+            list(pool.map(submit, range(n)))
+        t_submitted = time.monotonic()
+        deadline = t_submitted + timeout
+        while not all_running.wait(1):
+            op.check_alive()
+            if time.monotonic() > deadline or len(failed) > 0:
+                with lock:
+                    missing = sorted(set(sent) - set(running_seen))
+                detail = []
+                for name in missing[:5]:
+                    with contextlib.suppress(ApiError):
+                        obj = client.request("GET", MPIJOBS.path(ns, name))
+                        detail.append(f"  {name}: " + json.dumps((obj.get("status") or {}).get("conditions")))
+                raise RuntimeError(
+                    f"{len(missing)} of {n} MPIJobs ({backend} backend, namespace {ns}) not Running "
+                    f"{time.monotonic() - t_submitted:.0f}s after the last create (timeout {timeout:.0f}s); "
+                    f"Failed: {dict(list(failed.items())[:5])}; not Running: {missing[:20]}\n" + "\n".join(detail)
+                    + f"\nwatch errors: {[w.errors[-3:] for w in watches]}\noperator log {op.log_path}:\n{op.tail()}")
+        with lock:
+            t_last_running = max(running_seen.values())
+        busy = op.stats()
+        result["quiet_after_running_s"] = _wait_quiet(op)
+        settled, m1 = op.stats(), op.metrics()
+
+        jobs = {o["metadata"]["name"]: o for o in client.request("GET", MPIJOBS.path(ns))["items"]}
+        launchers = {(o["metadata"].get("labels") or {}).get(JOB_NAME_LABEL): o for o in client.request(
+            "GET", JOBS.path(ns), query={"labelSelector": f"{ROLE_LABEL}=launcher"})["items"]}
+        server_lat = [_ts(launchers[k]) - _ts(v) for k, v in jobs.items() if k in launchers]
+        watch_lat = [launcher_seen[k] - sent[k] for k in sent if k in launcher_seen]
+        running_lat = [running_seen[k] - sent[k] for k in sent if k in running_seen]
+        req0, req1 = (sum_by(m, "rest_client_requests_total", "method") for m in (m0, m1))
+        wr0, wr1 = (sum_by(m, "mpi_operator_api_writes_total", "verb") for m in (m0, m1))
+        result.update({
+            "submit_s": round(t_submitted - t_first, 2),
+            "creates_per_s": round(n / max(t_submitted - t_first, 1e-9), 1),
+            "all_running_s": round(t_last_running - t_first, 2),
+            "running_per_s": round(n / max(t_last_running - t_first, 1e-9), 2),
+            "launcher_latency_server_s": _dist(server_lat, 0),
+            "launcher_latency_watch_s": _dist(watch_lat),
+            "running_latency_watch_s": _dist(running_lat),
+            "create_ack_s": _dist([acked[k] - sent[k] for k in sent]),
+            "api_requests_per_mpijob": round((sum(req1.values()) - sum(req0.values())) / n, 2),
+            "api_requests_per_mpijob_by_method": _delta(req1, req0, n),
+            "api_writes_per_mpijob": round((sum(wr1.values()) - sum(wr0.values())) / n, 2),
+            "api_writes_per_mpijob_by_verb": _delta(wr1, wr0, n),
+            "operator_cpu_s": round(settled["cpu_s"] - idle["cpu_s"], 2),
+            "operator_cpu_s_to_running": round(busy["cpu_s"] - idle["cpu_s"], 2),
+            "operator_cpu_s_total": round(settled["cpu_s"], 2),
+            "operator_rss_ready_mib": idle["rss_mib"],
+            "operator_rss_idle_after_sync_mib": settled["rss_mib"],
+            "operator_peak_rss_mib": settled["hwm_mib"],
+            "watch_errors": sum(len(w.errors) for w in watches),
+        })
+    finally:
+        result["operator_exit_code"] = op.stop()
+        for w in watches:
+            w.stop()
+        result["cleanup_s"] = cleanup_namespace(client, ns, cleanup_wait_s)
+    return result
+
+
+def run(backends: tuple[str, ...] | list[str] = BACKENDS, sizes: tuple[int, ...] | list[int] = SIZES,
+        kubeconfig: str | None = None, log_dir: Path | None = None, timeout: float | None = None) -> dict:
+    """Every (backend, size) run; `timeout` (default 120 s + 0.5 s per MPIJob) bounds the wait for Running
+    after the last create. Operator logs go to `log_dir` (default: a temporary directory, removed when
+    every run worked)."""
+    admin = ensure_cluster(kubeconfig)
+    client = RestClient.from_kubeconfig(admin, qps=0, burst=1)  # no client-side limit for the submitter
+    tmp = Path(tempfile.mkdtemp(prefix="bench-operator-"))
+    logs = Path(log_dir) if log_dir else tmp
+    logs.mkdir(parents=True, exist_ok=True)
+    runs = [(b, n) for b in backends for n in sizes]
+    try:
+        sa = operator_kubeconfig(tmp / "operator.kubeconfig", admin)
+        results = []
+        for i, (b, n) in enumerate(runs):
+            last = i == len(runs) - 1
+            results.append(run_one(client, sa, b, n, logs, timeout if timeout is not None else 120 + 0.5 * n,
+                                   cleanup_wait_s=0 if last else 900))
+    except BaseException:
+        print(f"bench: operator logs kept in {logs}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            (tmp / "operator.kubeconfig").unlink()  # a token: not kept
+        if log_dir is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"benchmark": "operator", "launcher_creation_policy": LAUNCHER_POLICY, "workers_per_mpijob": 2,
+            "operator_flags": list(OPERATOR_FLAGS), "submit_threads": SUBMIT_THREADS, "results": results}
+
+
+# --- the table ---------------------------------------------------------------------------------------
+
+def _get(r: dict, path: str) -> object:
+    for part in path.split("."):
+        r = r.get(part) if isinstance(r, dict) else None
+    return r
+
+
+ROWS = [
+    ("MPIJobs Running per second", "running_per_s"),
+    ("first create -> last Running (s)", "all_running_s"),
+    ("creates sent per second", "creates_per_s"),
+    ("launcher latency p50, server timestamps (s)", "launcher_latency_server_s.p50"),
+    ("launcher latency p95, server timestamps (s)", "launcher_latency_server_s.p95"),
+    ("launcher latency max, server timestamps (s)", "launcher_latency_server_s.max"),
+    ("launcher latency p50, create sent -> watch (s)", "launcher_latency_watch_s.p50"),
+    ("launcher latency p95, create sent -> watch (s)", "launcher_latency_watch_s.p95"),
+    ("launcher latency max, create sent -> watch (s)", "launcher_latency_watch_s.max"),
+    ("Running latency p50, create sent -> watch (s)", "running_latency_watch_s.p50"),
+    ("Running latency p95, create sent -> watch (s)", "running_latency_watch_s.p95"),
+    ("API requests per MPIJob (operator)", "api_requests_per_mpijob"),
+    ("API writes per MPIJob (executor)", "api_writes_per_mpijob"),
+    ("operator CPU seconds (ready -> quiet)", "operator_cpu_s"),
+    ("operator RSS when ready (MiB)", "operator_rss_ready_mib"),
+    ("operator peak RSS, VmHWM (MiB)", "operator_peak_rss_mib"),
+    ("operator RSS idle after sync (MiB)", "operator_rss_idle_after_sync_mib"),
+]
+
+
+def rows(out: dict) -> tuple[list[str], list[tuple[str, list[object]]]]:
+    """Column headers (one per run) and (label, values) rows, API requests and writes split by method."""
+    res = out["results"]
+    cols = [f"{r['backend'][:3]} n={r['mpijobs']}" for r in res]
+    body: list[tuple[str, list[object]]] = []
+    for label, path in ROWS:
+        body.append((label, [_get(r, path) for r in res]))
+        if path in ("api_requests_per_mpijob", "api_writes_per_mpijob"):
+            key = f"{path}_by_{'method' if 'requests' in path else 'verb'}"
+            for k in sorted({k for r in res for k in r.get(key, {})}):
+                body.append((f"  {k}", [r.get(key, {}).get(k, 0) for r in res]))
+    return cols, body
+
+
+def format_table(cols: list[str], body: list[tuple[str, list[object]]], title: str = "", width: int = 50) -> str:
+    w = max([11] + [len(c) + 1 for c in cols])
+    lines = [f"{title:<{width}}" + "".join(f"{c:>{w}}" for c in cols)]
+    for label, values in body:
+        lines.append(f"{label:<{width}}" + "".join(f"{'-' if v is None else v!s:>{w}}" for v in values))
+    return "\n".join(lines)
 
 
 def table(out: dict) -> str:
-    lines = ["  ".join(f"{c:>12}" if i else f"{c:<12}" for i, c in enumerate(COLUMNS))]
-    for r in out["results"]:
-        lines.append("  ".join(f"{r[c]!s:>{max(12, len(c))}}" if i else f"{r[c]!s:<12}"
-                               for i, c in enumerate(COLUMNS)))
-    return "\n".join(lines)
+    return format_table(*rows(out), title="operator")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backends", default="job,statefulset")
-    ap.add_argument("--sizes", default="1,100,1000")
-    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig"))
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--kubeconfig", default=None)
     a = ap.parse_args()
     out = run(a.backends.split(","), [int(s) for s in a.sizes.split(",")], a.kubeconfig)
     print(table(out))
-    print(json.dumps(out))
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
