@@ -516,6 +516,8 @@ ROWS = [
     ("API requests per MPIJob (operator)", "api_requests_per_mpijob"),
     ("API writes per MPIJob (executor)", "api_writes_per_mpijob"),
     ("operator CPU seconds (ready -> quiet)", "operator_cpu_s"),
+    ("  of which ready -> last Running", "operator_cpu_s_to_running"),
+    ("  process total, start included", "operator_cpu_s_total"),
     ("operator RSS when ready (MiB)", "operator_rss_ready_mib"),
     ("operator peak RSS, VmHWM (MiB)", "operator_peak_rss_mib"),
     ("operator RSS idle after sync (MiB)", "operator_rss_idle_after_sync_mib"),
