@@ -43,8 +43,8 @@ def _bind_address(text: str) -> str:
     if text in ("0", ""):
         return "0"  # disabled, as controller-runtime does
     _, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"want [host]:port or 0, got {text!r}")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"want [host]:port (port 0-65535) or 0, got {text!r}")
     return text
 
 
