@@ -16,6 +16,28 @@ def test_defaults(monkeypatch):
     assert (o.worker_backend, o.namespace, o.leader_elect, o.log_format) == ("job", "", False, "console")
 
 
+def test_defaults_are_the_readme_table(monkeypatch):
+    """Spelled out rather than compared with Options(): a default changed in both places is still caught."""
+    for var in ("KUBECONFIG", "POD_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    o = parse([])
+    assert {
+        "kubeconfig": o.kubeconfig, "worker_backend": o.worker_backend, "namespace": o.namespace,
+        "threadiness": o.threadiness, "kube_api_qps": o.kube_api_qps, "kube_api_burst": o.kube_api_burst,
+        "resync_period": o.resync_period, "metrics_bind_address": o.metrics_bind_address,
+        "health_probe_bind_address": o.health_probe_bind_address, "leader_elect": o.leader_elect,
+        "leader_election_namespace": o.leader_election_namespace, "leader_election_id": o.leader_election_id,
+        "cluster_domain": o.cluster_domain, "controller_name": o.controller_name, "log_format": o.log_format,
+        "log_level": o.log_level,
+    } == {
+        "kubeconfig": None, "worker_backend": "job", "namespace": "", "threadiness": 4, "kube_api_qps": 50.0,
+        "kube_api_burst": 100, "resync_period": 300.0, "metrics_bind_address": ":8080",
+        "health_probe_bind_address": ":8081", "leader_elect": False, "leader_election_namespace": "mpi-operator",
+        "leader_election_id": "mpi-operator", "cluster_domain": "", "controller_name": "kubeflow.org/mpi-operator",
+        "log_format": "console", "log_level": "info",
+    }
+
+
 @pytest.mark.parametrize("argv,field,value", [
     (["--kubeconfig=/k"], "kubeconfig", "/k"),
     (["--worker-backend=statefulset"], "worker_backend", "statefulset"),
@@ -34,6 +56,15 @@ def test_defaults(monkeypatch):
     (["--controller-name=example.com/other"], "controller_name", "example.com/other"),
     (["--log-format=json"], "log_format", "json"),
     (["--log-level=debug"], "log_level", "debug"),
+    (["--log-level=error"], "log_level", "error"),
+    (["--worker-backend=job"], "worker_backend", "job"),
+    (["--threadiness", "1"], "threadiness", 1),
+    (["--resync-period=30.5"], "resync_period", 30.5),
+    (["--health-probe-bind-address=0"], "health_probe_bind_address", "0"),
+    (["--health-probe-bind-address="], "health_probe_bind_address", "0"),
+    (["--metrics-bind-address=localhost:65535"], "metrics_bind_address", "localhost:65535"),
+    (["--queue-qps=2.5"], "queue_qps", 2.5),
+    (["--queue-burst=7"], "queue_burst", 7),
 ])
 def test_each_flag(argv, field, value):
     assert getattr(parse(argv), field) == value
@@ -55,6 +86,11 @@ def test_identity_without_pod_name_is_unique(monkeypatch):
 @pytest.mark.parametrize("argv", [
     ["--threadiness=0"], ["--kube-api-burst=-1"], ["--worker-backend=pods"], ["--metrics-bind-address=foo"],
     ["--health-probe-bind-address=host:port"], ["--log-format=xml"], ["--no-such-flag"],
+    ["--threadiness=-3"], ["--threadiness=two"], ["--threadiness=1.5"], ["--kube-api-burst=0"],
+    ["--kube-api-qps=fast"], ["--resync-period=soon"], ["--queue-burst=0"], ["--log-level=trace"],
+    ["--metrics-bind-address=8080"], ["--metrics-bind-address=:"], ["--metrics-bind-address=:http"],
+    ["--metrics-bind-address=:65536"], ["--health-probe-bind-address=:-1"], ["--leader-elect=yes"],
+    ["--worker-backend="], ["--worker-backend=StatefulSet"],
 ])
 def test_invalid_values_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -65,6 +101,7 @@ def test_invalid_values_are_refused(argv, capsys):
 
 @pytest.mark.parametrize("address,want", [
     (":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("0", None),
+    ("localhost:9443", ("localhost", 9443)), (":0", ("0.0.0.0", 0)),
 ])
 def test_split_bind(address, want):
     assert split_bind(address) == want

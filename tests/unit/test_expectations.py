@@ -36,6 +36,8 @@ def exp(clock) -> Expectations:
 
 @pytest.mark.parametrize("seen,written,ok", [
     ("10", "10", True), ("11", "10", True), ("9", "10", False), (None, "10", False), ("abc", "10", True),
+    ("100", "99", True), ("99", "100", False),  # compared as integers, not as strings
+    ("5", "opaque-rv", True), ("", "10", False), ("0", "0", True),
 ])
 def test_rv_at_least(seen, written, ok):
     assert rv_at_least(seen, written) is ok
@@ -54,6 +56,26 @@ def test_written_object_waits_for_its_resource_version(exp, cached, done):
     assert exp.satisfied("ns/pi") is done
 
 
+def test_non_integer_resource_versions_count_as_seen(exp):
+    """Another storage's opaque rvs cannot be ordered: the first object seen satisfies the write."""
+    exp.expect_object("ns/pi", KEY, "c2VlbiBpdA==")
+    exp.observe("ns/pi", KEY, obj("b3RoZXI="))
+    assert exp.satisfied("ns/pi")
+
+
+@pytest.mark.parametrize("written", ["42", "opaque"])
+def test_a_written_object_is_not_satisfied_by_its_deletion(exp, written):
+    exp.expect_object("ns/pi", KEY, written)
+    exp.observe("ns/pi", KEY, None)
+    assert not exp.satisfied("ns/pi") and exp.pending("ns/pi") == [KEY]
+
+
+def test_an_object_without_a_resource_version_is_older_than_any_write(exp):
+    exp.expect_object("ns/pi", KEY, "42")
+    exp.observe("ns/pi", KEY, {"metadata": {"uid": "u1"}})
+    assert not exp.satisfied("ns/pi")
+
+
 @pytest.mark.parametrize("cached,done", [
     (obj("5"), False), (None, True), (obj("6", deleting=True), True), (obj("7", uid="u2"), True),
 ])
@@ -61,6 +83,22 @@ def test_deleted_object_waits_until_gone_deleting_or_replaced(exp, cached, done)
     exp.expect_gone("ns/pi", KEY, uid="u1")
     exp.observe("ns/pi", KEY, cached)
     assert exp.satisfied("ns/pi") is done
+
+
+@pytest.mark.parametrize("cached,done", [
+    (obj("5"), False), (obj("6", uid="u2"), False), (None, True), (obj("7", deleting=True), True),
+])
+def test_gone_without_a_uid_is_only_gone_or_deleting(exp, cached, done):
+    exp.expect_gone("ns/pi", KEY)
+    exp.observe("ns/pi", KEY, cached)
+    assert exp.satisfied("ns/pi") is done
+
+
+def test_an_observation_of_another_key_changes_nothing(exp):
+    exp.expect_gone("ns/pi", KEY, uid="u1")
+    exp.observe("ns/pi", ("jobs", "ns", "pi-worker"), None)
+    exp.observe("ns/other", KEY, None)
+    assert not exp.satisfied("ns/pi")
 
 
 def test_every_pending_write_must_be_seen(exp):
@@ -86,10 +124,32 @@ def test_expired_expectations_give_way_to_the_cache(exp, clock):
     assert exp.satisfied("ns/pi") and exp.pending("ns/pi") == []
 
 
+def test_ttl_counts_from_the_latest_expectation(exp, clock):
+    exp.expect_object("ns/pi", KEY, "42")
+    clock.t += 50
+    exp.expect_object("ns/pi", ("configmaps", "ns", "pi-config"), "43")
+    clock.t += 20  # the first is 70 s old, the second 20 s: still waiting for the second
+    assert not exp.satisfied("ns/pi")
+    clock.t += 41
+    assert exp.satisfied("ns/pi")
+
+
+def test_a_new_expectation_for_the_same_key_replaces_the_old(exp, clock):
+    exp.expect_object("ns/pi", KEY, "42")
+    exp.expect_gone("ns/pi", KEY, uid="u1")
+    exp.observe("ns/pi", KEY, obj("50"))  # newer, but the delete is what is awaited now
+    assert not exp.satisfied("ns/pi")
+    exp.observe("ns/pi", KEY, None)
+    assert exp.satisfied("ns/pi")
+
+
 def test_forget(exp):
     exp.expect_object("ns/pi", KEY, "42")
+    exp.expect_object("ns/other", KEY, "42")
     exp.forget("ns/pi")
-    assert exp.satisfied("ns/pi")
+    assert exp.satisfied("ns/pi") and exp.pending("ns/pi") == []
+    assert not exp.satisfied("ns/other"), "forget drops one owner's expectations only"
+    exp.forget("ns/never-seen")  # harmless
 
 
 def test_observing_an_unexpected_object_is_harmless(exp):
