@@ -77,9 +77,12 @@ class Executor:
         self.component, self.instance = component, instance
 
     def _call(self, method: str, path: str, **kw) -> dict:
-        if not self.is_leader():
-            raise NotLeader(f"{method} {path}")
-        return retrying(self.client.request)(method, path, **kw)
+        def attempt() -> dict:  # the leader guard holds for every attempt, retries included
+            if not self.is_leader():
+                raise NotLeader(f"{method} {path}")
+            return self.client.request(method, path, **kw)
+
+        return retrying(attempt)()
 
     def apply(self, mpijob: dict, plan: Plan) -> Result:
         res = Result()
