@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import tenacity
 import urllib3
 
-from controller.executor import _retriable
+from controller.executor import Executor, NotLeader, _retriable, _wait
 from informers.rest import ApiError
+from reconcilers.types import Patch, Plan, Ref
 
 
 def api_error(status: int, reason: str, message: str = "") -> ApiError:
@@ -22,13 +24,82 @@ def api_error(status: int, reason: str, message: str = "") -> ApiError:
     (urllib3.exceptions.ProtocolError("Connection aborted"), True),
     (urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"), True),
     (ConnectionResetError(), True),
+    (ConnectionRefusedError(), True),
+    (TimeoutError(), True),
+    (urllib3.exceptions.NewConnectionError(None, "connection refused"), True),
+    (api_error(502, "BadGateway"), True),
+    (api_error(409, "Conflict", "Operation cannot be fulfilled on jobs.batch \"pi\": the object has been modified; "
+               "please apply your changes to the latest version and try again"), True),
     (api_error(409, "AlreadyExists"), False),
     (api_error(409, "Conflict", "Precondition failed: UID in precondition: a, UID in object meta: b"), False),
     (api_error(400, "BadRequest"), False),
     (api_error(403, "Forbidden"), False),
     (api_error(404, "NotFound"), False),
     (api_error(422, "Invalid"), False),
+    (api_error(401, "Unauthorized"), False),
+    (api_error(410, "Gone"), False),
     (ValueError("a bug"), False),
 ])
 def test_retriable(error, retry):
     assert _retriable(error) is retry
+
+
+@pytest.mark.parametrize("retry_after,wait", [(3.0, 3.0), (60.0, 10.0)])
+def test_retry_after_is_honoured_up_to_ten_seconds(retry_after, wait):
+    state = tenacity.RetryCallState(retry_object=tenacity.Retrying(), fn=None, args=(), kwargs={})
+    state.set_exception((ApiError, ApiError(429, "TooManyRequests", "", retry_after=retry_after), None))
+    assert _wait(state) == wait
+
+
+class FakeClient:
+    """Answers each request with the next of `answers`: an exception is raised, anything else returned."""
+
+    def __init__(self, *answers, on_request=None) -> None:
+        self.answers, self.calls, self.on_request = list(answers), [], on_request
+
+    def request(self, method, path, **kw):
+        self.calls.append((method, path))
+        if self.on_request:
+            self.on_request()
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+OK = {"metadata": {"resourceVersion": "7"}}
+REF = Ref("v1", "ConfigMap", "ns", "pi-config")
+
+
+def transient(status: int = 503) -> ApiError:
+    return ApiError(status, "ServiceUnavailable", "", retry_after=0.001)  # retried at once
+
+
+@pytest.mark.parametrize("answers,calls,outcome", [
+    ([transient(), transient(409), OK], 3, "7"),
+    ([ConnectionResetError(), OK], 2, "7"),
+    ([transient()], 5, ApiError),  # gives up after five attempts; the work queue retries later
+    ([ApiError(404, "NotFound", "")], 1, ApiError),
+    ([ApiError(422, "Invalid", "")], 1, ApiError),
+])
+def test_executor_retries_transient_failures_only(answers, calls, outcome):
+    client = FakeClient(*answers)
+    ex = Executor(client, is_leader=lambda: True, component="c", instance="i")
+    if isinstance(outcome, str):
+        res = ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
+        assert res.written[("configmaps", "ns", "pi-config")] == outcome
+    else:
+        with pytest.raises(outcome):
+            ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
+    assert len(client.calls) == calls
+
+
+def test_a_retry_after_the_lease_is_lost_is_not_sent():
+    """The leader guard holds for every attempt, not only the first: a replica that lost its Lease while
+    backing off must not write over the new leader."""
+    leading = [True]
+    client = FakeClient(transient(), OK, on_request=lambda: leading.__setitem__(0, False))
+    ex = Executor(client, is_leader=lambda: leading[0], component="c", instance="i")
+    with pytest.raises(NotLeader):
+        ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
+    assert len(client.calls) == 1
