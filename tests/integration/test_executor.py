@@ -37,11 +37,15 @@ def executor(client, leader: bool = True) -> Executor:
     return Executor(client, is_leader=lambda: leader, component="mpi-operator", instance="test")
 
 
+def owner(job: dict, uid: str | None = None, controller: bool = True) -> dict:
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi",
+            "uid": uid or job["metadata"]["uid"], "controller": controller}
+
+
 def config_map(job: dict, name: str, owned: bool = True) -> dict:
     meta = {"name": name, "namespace": job["metadata"]["namespace"]}
     if owned:
-        meta["ownerReferences"] = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi",
-                                    "uid": job["metadata"]["uid"], "controller": True}]
+        meta["ownerReferences"] = [owner(job)]
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
 
 
@@ -64,8 +68,40 @@ def test_create_and_already_exists_of_our_own_object(client, mpijob, namespace):
     assert again.written[("configmaps", ns, "pi-config")] == cm["metadata"]["resourceVersion"]
 
 
-def test_a_foreign_object_under_our_name_is_refused(client, mpijob, namespace):
-    client.request("POST", CONFIGMAPS.path(namespace), body=config_map(mpijob, "pi-config", owned=False))
+def test_creates_of_every_kind_appear(client, mpijob, namespace):
+    ns, ref = namespace, [owner(mpijob)]
+    pod = {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"}
+    objs = [
+        config_map(mpijob, "pi-config"),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pi-ssh", "namespace": ns, "ownerReferences": ref},
+         "type": "Opaque", "stringData": {"a": "b"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "pi", "namespace": ns, "ownerReferences": ref},
+         "spec": {"clusterIP": "None", "selector": {"app": "pi"}}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pi-launcher", "namespace": ns,
+                                                             "ownerReferences": ref},
+         "spec": {"suspend": True, "template": {"spec": pod}}},
+    ]
+    res = executor(client).apply(mpijob, Plan(creates=[Create(o) for o in objs]))
+    for plural, name in [("configmaps", "pi-config"), ("secrets", "pi-ssh"), ("services", "pi"),
+                         ("jobs", "pi-launcher")]:
+        api = "batch/v1" if plural == "jobs" else "v1"
+        got = client.request("GET", f"/{'apis' if '/' in api else 'api'}/{api}/namespaces/{ns}/{plural}/{name}")
+        assert res.written[(plural, ns, name)] == got["metadata"]["resourceVersion"]
+        assert got["metadata"]["ownerReferences"][0]["uid"] == mpijob["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("owners", [
+    pytest.param(None, id="no-owner"),
+    pytest.param("other-uid", id="another-controller"),
+    pytest.param("not-controller", id="our-uid-but-not-controller"),
+])
+def test_a_foreign_object_under_our_name_is_refused(client, mpijob, namespace, owners):
+    foreign = config_map(mpijob, "pi-config", owned=False)
+    if owners == "other-uid":
+        foreign["metadata"]["ownerReferences"] = [owner(mpijob, uid="00000000-0000-0000-0000-000000000001")]
+    elif owners == "not-controller":
+        foreign["metadata"]["ownerReferences"] = [owner(mpijob, controller=False)]
+    client.request("POST", CONFIGMAPS.path(namespace), body=foreign)
     with pytest.raises(ForeignObject, match="not controlled by this MPIJob"):
         executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
     assert get_cm(client, namespace, "pi-config")["data"] == {"k": "v"}
@@ -75,15 +111,35 @@ def test_merge_patch_and_deletes(client, mpijob, namespace):
     ns = namespace
     executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
     ref = Ref("v1", "ConfigMap", ns, "pi-config")
-    executor(client).apply(mpijob, Plan(patches=[Patch(ref, {"data": {"hostfile": "h"}}, "test")]))
-    assert get_cm(client, ns, "pi-config")["data"] == {"k": "v", "hostfile": "h"}
-    # A uid precondition that does not hold (a namesake): tolerated, the object stays.
-    executor(client).apply(mpijob, Plan(deletes=[Delete(ref, uid="00000000-0000-0000-0000-000000000000")]))
+    patched = executor(client).apply(mpijob, Plan(patches=[Patch(ref, {"data": {"hostfile": "h", "k": None}})]))
     cm = get_cm(client, ns, "pi-config")
-    assert cm is not None
+    assert cm["data"] == {"hostfile": "h"}, "a merge patch adds a key and removes one set to null"
+    assert patched.written[("configmaps", ns, "pi-config")] == cm["metadata"]["resourceVersion"]
+    # A uid precondition that does not hold (a namesake): tolerated, the object stays, nothing to await.
+    res = executor(client).apply(mpijob, Plan(deletes=[Delete(ref, uid="00000000-0000-0000-0000-000000000000")]))
+    assert get_cm(client, ns, "pi-config") == cm and res.gone == {}
     res = executor(client).apply(mpijob, Plan(deletes=[Delete(ref, uid=cm["metadata"]["uid"])]))
     assert get_cm(client, ns, "pi-config") is None and ("configmaps", ns, "pi-config") in res.gone
-    executor(client).apply(mpijob, Plan(deletes=[Delete(ref)]))  # already gone: done
+    missing = executor(client).apply(mpijob, Plan(deletes=[Delete(ref)]))  # already gone: done
+    assert missing.gone == {}
+
+
+def test_a_patch_is_a_json_merge_patch_lists_replaced_whole(client, mpijob, namespace):
+    """RFC 7386, not a strategic merge: the planned list of ports is the whole list afterwards."""
+    svc = {"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": "pi", "namespace": namespace, "ownerReferences": [owner(mpijob)]},
+           "spec": {"clusterIP": "None", "ports": [{"name": "a", "port": 80}]}}
+    executor(client).apply(mpijob, Plan(creates=[Create(svc)]))
+    ref = Ref("v1", "Service", namespace, "pi")
+    executor(client).apply(mpijob, Plan(patches=[Patch(ref, {"spec": {"ports": [{"name": "b", "port": 81}]}})]))
+    got = client.request("GET", f"/api/v1/namespaces/{namespace}/services/pi")
+    assert [(p["name"], p["port"]) for p in got["spec"]["ports"]] == [("b", 81)]
+
+
+def test_a_patch_of_a_missing_object_is_an_error(client, mpijob, namespace):
+    with pytest.raises(ApiError) as e:
+        executor(client).apply(mpijob, Plan(patches=[Patch(Ref("v1", "ConfigMap", namespace, "nope"), {"data": {}})]))
+    assert e.value.status == 404
 
 
 def test_status_through_the_subresource_and_dropped_fields_cleared(client, mpijob, namespace):
@@ -93,6 +149,7 @@ def test_status_through_the_subresource_and_dropped_fields_cleared(client, mpijo
     res = executor(client).apply(mpijob, Plan(status=status))
     got = client.request("GET", MPIJOBS.path(namespace, "pi"))
     assert got["status"] == status and got["spec"] == mpijob["spec"]
+    assert got["metadata"].get("generation") == mpijob["metadata"].get("generation")
     assert res.mpijob["metadata"]["resourceVersion"] == got["metadata"]["resourceVersion"]
     # Resume starts afresh: a status without completionTime clears it on the server.
     fresh = {k: v for k, v in status.items() if k != "completionTime"}
@@ -108,19 +165,51 @@ def test_events_on_the_mpijob(client, mpijob, namespace, kubectl):
     assert (ev["involvedObject"]["kind"], ev["involvedObject"]["name"], ev["involvedObject"]["uid"]) == (
         "MPIJob", "pi", mpijob["metadata"]["uid"])
     assert ev["source"]["component"] == "mpi-operator"
+    assert (ev["reportingComponent"], ev["reportingInstance"], ev["count"]) == ("mpi-operator", "test", 1)
+
+
+def test_a_long_event_message_is_cut(client, mpijob, namespace, kubectl):
+    executor(client).apply(mpijob, Plan(events=[Event("Normal", "Long", "x" * 5000)]))
+    events = json.loads(kubectl("-n", namespace, "get", "events", "-o", "json").stdout)["items"]
+    (ev,) = [e for e in events if e["reason"] == "Long"]
+    assert ev["message"] == "x" * 1024
 
 
 def test_a_replica_that_is_not_the_leader_writes_nothing(client, mpijob, namespace):
-    plan = Plan(creates=[Create(config_map(mpijob, "pi-config"))], status={"conditions": []},
-                events=[Event("Normal", "X", "y")])
-    with pytest.raises(NotLeader):
-        executor(client, leader=False).apply(mpijob, plan)
+    executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-kept"))]))
+    ref = Ref("v1", "ConfigMap", namespace, "pi-kept")
+    plans = [
+        Plan(creates=[Create(config_map(mpijob, "pi-config"))]),
+        Plan(patches=[Patch(ref, {"data": {"k": "changed"}})]),
+        Plan(deletes=[Delete(ref)]),
+        Plan(status={"conditions": []}),
+        Plan(events=[Event("Normal", "NotLeaderEvent", "y")]),
+        Plan(delete_mpijob=True),
+    ]
+    for plan in plans:
+        with pytest.raises(NotLeader):
+            executor(client, leader=False).apply(mpijob, plan)
     assert get_cm(client, namespace, "pi-config") is None
-    assert client.request("GET", MPIJOBS.path(namespace, "pi")).get("status") in (None, {})
+    assert get_cm(client, namespace, "pi-kept")["data"] == {"k": "v"}
+    got = client.request("GET", MPIJOBS.path(namespace, "pi"))
+    assert got.get("status") in (None, {}) and got["metadata"]["resourceVersion"] == mpijob["metadata"][
+        "resourceVersion"]
+    events = client.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert [e for e in events if e["reason"] == "NotLeaderEvent"] == []
 
 
 def test_delete_mpijob(client, mpijob, namespace, kubectl):
     executor(client).apply(mpijob, Plan(delete_mpijob=True))
     r = kubectl("-n", namespace, "get", "mpijob", "pi", check=False)
     assert r.returncode != 0 and "NotFound" in r.stderr
+    executor(client).apply(mpijob, Plan(delete_mpijob=True))  # already gone: done
+
+
+def test_delete_mpijob_spares_a_recreated_namesake(client, mpijob, namespace):
+    """The TTL delete carries the uid it planned with: a new MPIJob of the same name is not deleted."""
+    client.request("DELETE", MPIJOBS.path(namespace, "pi"))
+    again = client.request("POST", MPIJOBS.path(namespace), body={k: mpijob[k] for k in ("apiVersion", "kind", "spec")}
+                           | {"metadata": {"name": "pi"}})
+    executor(client).apply(mpijob, Plan(delete_mpijob=True))
+    assert client.request("GET", MPIJOBS.path(namespace, "pi"))["metadata"]["uid"] == again["metadata"]["uid"]
 
