@@ -238,7 +238,14 @@ class Watch:
         self._thread = threading.Thread(target=self._loop, name=f"watch-{res.plural}", daemon=True)
 
     def _list(self) -> str:
-        body = self.client.request("GET", self.res.path(self.ns), query={"labelSelector": self.selector})
+        for attempt in range(60):  # a CRD just established answers 429 while its storage initializes
+            try:
+                body = self.client.request("GET", self.res.path(self.ns), query={"labelSelector": self.selector})
+                break
+            except ApiError as e:
+                if e.status not in (429, 500, 503, 504) or attempt == 59:
+                    raise
+                time.sleep(e.retry_after or 0.5)
         t = time.monotonic()
         for item in body.get("items") or []:
             self.on_event("ADDED", item, t)
@@ -375,11 +382,13 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
                 failed[name] = next(f"{c.get('reason')}: {c.get('message')}" for c in obj["status"]["conditions"]
                                     if c.get("type") == "Failed")
 
-    watches = [Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start(),
-               Watch(client, MPIJOBS, ns, on_mpijob).start()]
-    op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log")
+    watches: list[Watch] = []
+    op: OperatorProcess | None = None
     result: dict = {"backend": backend, "mpijobs": n, "namespace": ns}
     try:
+        watches.append(Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start())
+        watches.append(Watch(client, MPIJOBS, ns, on_mpijob).start())
+        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log")
         result["operator_ready_s"] = round(op.wait_ready(), 2)
         time.sleep(1)  # the first resync-free moment after the caches synced
         idle, m0 = op.stats(), op.metrics()
@@ -456,7 +465,8 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
             "watch_errors": sum(len(w.errors) for w in watches),
         })
     finally:
-        result["operator_exit_code"] = op.stop()
+        if op is not None:
+            result["operator_exit_code"] = op.stop()
         for w in watches:
             w.stop()
         result["cleanup_s"] = cleanup_namespace(client, ns, cleanup_wait_s)
