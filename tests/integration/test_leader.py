@@ -50,6 +50,45 @@ def lease(client, ns: str) -> dict:
     return client.request("GET", LEASES.path(ns, "test-lease"))
 
 
+def test_candidates_started_together_elect_exactly_one(client, namespace, candidates):
+    a, b = candidates("a"), candidates("b")
+    wait_until(lambda: a.started.is_set() or b.started.is_set(), 10, what="someone leads")
+    deadline = time.monotonic() + 2 * TIMINGS["lease_duration"]  # past a lease duration: no takeover of a live one
+    while time.monotonic() < deadline:
+        assert [a.elector.is_leader(), b.elector.is_leader()].count(True) <= 1
+        time.sleep(0.05)
+    leader, other = (a, b) if a.started.is_set() else (b, a)
+    assert leader.elector.is_leader() and not other.started.is_set() and not other.elector.is_leader()
+    spec = lease(client, namespace)["spec"]
+    assert spec["holderIdentity"] == leader.elector.identity and spec["leaseDurationSeconds"] == 3
+
+
+def test_a_clean_stop_releases_the_lease(client, namespace, candidates):
+    a = candidates("a")
+    wait_until(a.started.is_set, 10, what="a leads")
+    a.stop.set()
+    wait_until(a.stopped.is_set, 5, what="on_stopped called")
+    a.thread.join(5)
+    assert not a.thread.is_alive() and not a.elector.is_leader()
+    assert lease(client, namespace)["spec"]["holderIdentity"] in ("", None)
+
+
+def test_a_dead_leaders_lease_is_taken_only_once_it_expires(client, namespace, candidates):
+    """A holder that stopped renewing without releasing (a crash): the Lease is taken after lease_duration
+    as measured on the candidate's own clock, never earlier, and the takeover is counted."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.request("POST", LEASES.path(namespace), body={
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "test-lease"},
+        "spec": {"holderIdentity": "crashed", "leaseDurationSeconds": 3, "acquireTime": now, "renewTime": now,
+                 "leaseTransitions": 4}})
+    b = candidates("b")
+    time.sleep(TIMINGS["lease_duration"] - 1.0)
+    assert not b.started.is_set() and not b.elector.is_leader(), "took an unexpired Lease"
+    wait_until(b.started.is_set, 10, what="b takes the expired Lease")
+    spec = lease(client, namespace)["spec"]
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 5
+
+
 def test_one_leader_then_a_clean_hand_over(client, namespace, candidates):
     a = candidates("a")
     wait_until(a.started.is_set, 10, what="a leads")
@@ -81,7 +120,7 @@ def test_a_leader_whose_lease_is_taken_stops_within_its_renew_deadline(client, n
                 client.request("PUT", LEASES.path(namespace, "test-lease"), body=current)
             except Exception:
                 pass  # a conflict with a's renew: try again
-            time.sleep(0.1)
+            time.sleep(0.3)
 
     t = threading.Thread(target=intrude, daemon=True)
     t0 = time.monotonic()
