@@ -46,11 +46,15 @@ def _retriable(e: BaseException) -> bool:
     return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
 
 
+# 0.1 s doubling to 5 s, plus up to 0.1 s of jitter so that retrying workers do not move in step.
+_BACKOFF = tenacity.wait_exponential(multiplier=0.1, max=5.0) + tenacity.wait_random(0, 0.1)
+
+
 def _wait(retry_state: tenacity.RetryCallState) -> float:
     e = retry_state.outcome.exception() if retry_state.outcome else None
     if isinstance(e, ApiError) and e.retry_after:
         return min(e.retry_after, 10.0)
-    return tenacity.wait_exponential_jitter(initial=0.1, max=5.0)(retry_state)
+    return _BACKOFF(retry_state)
 
 
 retrying = tenacity.retry(
