@@ -12,12 +12,11 @@ import sys
 import threading
 import time
 
-from informers.factory import InformerFactory
-
 from controller import config, health, logs
 from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
+from informers.factory import InformerFactory
 from informers.resources import MPIJOBS
 from informers.rest import ApiError, RestClient
 

@@ -14,19 +14,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
-from informers.factory import InformerFactory
-from informers.transforms import slim_pod, strip_managed_fields
-from reconcilers.plan import plan as make_plan
 
 from controller import logs, metrics, sshkeys
 from controller.config import Options
 from controller.executor import Executor, ForeignObject, NotLeader
 from controller.expectations import Expectations
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from informers.factory import InformerFactory
 from informers.resources import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, STATEFULSETS
 from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
+from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names
+from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Event, Inputs, Observed
 
 log = logs.get("controller")
