@@ -86,7 +86,9 @@ def test_creates_of_every_kind_appear(client, mpijob, namespace):
                          ("jobs", "pi-launcher")]:
         api = "batch/v1" if plural == "jobs" else "v1"
         got = client.request("GET", f"/{'apis' if '/' in api else 'api'}/{api}/namespaces/{ns}/{plural}/{name}")
-        assert res.written[(plural, ns, name)] == got["metadata"]["resourceVersion"]
+        written, current = int(res.written[(plural, ns, name)]), int(got["metadata"]["resourceVersion"])
+        # The Job controller may write the Job's status between our create and this GET.
+        assert written == current if plural != "jobs" else written <= current, (plural, written, current)
         assert got["metadata"]["ownerReferences"][0]["uid"] == mpijob["metadata"]["uid"]
 
 
