@@ -13,6 +13,12 @@ export CLUSTER_DIR
 # shellcheck source=hack/realnode/lib.sh
 source "$here/lib.sh"
 
+# Another cluster's real node is not ours to stop (its pods share the kubepods cgroups below).
+if owner=$(other_owner); then
+  rlog "the real node belongs to $owner: leaving it up"
+  exit 0
+fi
+
 # 1. The kubelet first, so that it restarts nothing.
 stop_pid kubelet
 
@@ -79,6 +85,8 @@ rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null
 if [ -d /var/lib/cni/results ]; then
   grep -lF "$RN/" /var/lib/cni/results/* 2>/dev/null | while IFS= read -r f; do rm -f "$f"; done
 fi
+
+[ "$(cat "$OWNER_FILE" 2>/dev/null)" != "$CLUSTER_DIR" ] || rm -f "$OWNER_FILE"
 
 # 8. The Node object, if the control plane is still there.
 if [ -x "$CLUSTER_DIR/bin/kubectl" ] && [ -s "$CLUSTER_DIR/kubeconfig" ]; then

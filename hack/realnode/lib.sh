@@ -28,6 +28,17 @@ kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconf
 ctr_k8s() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
 
 pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
+
+# The real node is one per machine (one bridge, CoreDNS on its gateway, the kubelet's ports, the
+# kubepods cgroups): this file names the cluster directory that runs it.
+OWNER_FILE=${REALNODE_OWNER_FILE:-/run/mpijob-operator-realnode.owner}
+# other_owner: prints the cluster directory of another local cluster whose real node is up.
+other_owner() {
+  local owner pid
+  owner=$(cat "$OWNER_FILE" 2>/dev/null) && [ -n "$owner" ] && [ "$owner" != "$CLUSTER_DIR" ] || return 1
+  pid=$(cat "$owner/pids/kubelet.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || return 1
+  echo "$owner"
+}
 # running <pid>: exists and is not a zombie (PID 1 here may not reap what up.sh left behind)
 running() { kill -0 "$1" 2>/dev/null && ! awk '{exit $3 != "Z"}' "/proc/$1/stat" 2>/dev/null; }
 alive() { local p; p=$(pid_of "$1") && running "$p"; }  # alive <name>: per its PID file

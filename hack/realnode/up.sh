@@ -67,6 +67,9 @@ check() {
       why+=("missing Debian packages that apt cannot find: $m")
     fi
   fi
+  if owner=$(other_owner); then
+    why+=("the real node of another local cluster ($owner) runs on this machine (stop that cluster first)")
+  fi
   kubelet_bin >/dev/null || why+=("no kubelet at $CLUSTER_DIR/bin/kubelet (hack/build-k8s.sh builds it unless WITH_KUBELET=0)")
   [ -n "${COREDNS:-}" ] || command -v go >/dev/null || why+=("go is missing (CoreDNS is built from its Go module; or set COREDNS=/path/to/coredns)")
   [ -s "$CLUSTER_DIR/pki/ca.key" ] || why+=("no cluster CA at $CLUSTER_DIR/pki/ca.key (start the control plane first)")
@@ -143,6 +146,7 @@ if [ -n "$m" ]; then
   step "packages installed"
 fi
 KUBELET=$(kubelet_bin)
+echo "$CLUSTER_DIR" >"$OWNER_FILE"
 mkdir -p "$RN"/{pki,cni/net.d,cni/ipam,kubelet,pod-logs,containerd,volume-plugins} "$CLUSTER_DIR"/{logs,pids} "$(dirname "$SOCK")"
 
 # ---------------------------------------------------------------------------------- images + CoreDNS binary
