@@ -30,17 +30,12 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,12 +45,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "hack"))
+from operator_process import OperatorProcess, sum_by  # noqa: E402
+
 from informers.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
 from informers.rest import ApiError, RestClient  # noqa: E402
 
 BACKENDS = ("job", "statefulset")
 SIZES = (1, 100, 1000)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 RUN_FOR = "sim.mpijob-operator.dev/run-for"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -114,112 +111,6 @@ def mpijob(name: str, *, workers: int = 2, run_for: str = "600s") -> dict:
             },
         },
     }
-
-
-# --- the operator process ----------------------------------------------------------------------------
-
-def proc_stats(pid: int) -> dict:
-    """CPU seconds (user+system) and memory of a process, from /proc (psutil is not a dependency)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    status = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        status[key] = value
-    kib = lambda key: int(status[key].split()[0])  # noqa: E731
-    # fields[0] is the state (field 3 of stat): utime and stime are fields 14 and 15
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / CLK_TCK,
-            "rss_mib": round(kib("VmRSS") / 1024, 1), "hwm_mib": round(kib("VmHWM") / 1024, 1)}
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if m:
-            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return out
-
-
-def sum_by(samples: list[tuple[str, dict, float]], name: str, label: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for n, labels, value in samples:
-        if n == name:
-            key = labels.get(label, "")
-            out[key] = out.get(key, 0.0) + value
-    return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class OperatorProcess:
-    """`python -m controller` for one namespace, its log in a file."""
-
-    def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path) -> None:
-        self.metrics_port, self.health_port = _free_port(), _free_port()
-        self.log_path = log_path
-        self.args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
-                     f"--worker-backend={backend}", f"--namespace={namespace}", *OPERATOR_FLAGS,
-                     f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                     f"--health-probe-bind-address=127.0.0.1:{self.health_port}"]
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
-        self._log = open(log_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**env, "PYTHONUNBUFFERED": "1"})
-
-    def _get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError as e:
-            return 0, str(e)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the operator exited with {self.proc.returncode}; log {self.log_path}:\n{self.tail()}")
-
-    def wait_ready(self, timeout: float = 90) -> float:
-        t0 = time.monotonic()
-        while self._get(self.health_port, "/readyz")[0] != 200:
-            self.check_alive()
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"the operator not ready after {timeout}s; log {self.log_path}:\n{self.tail()}")
-            time.sleep(0.1)
-        return time.monotonic() - t0
-
-    def metrics(self) -> list[tuple[str, dict, float]]:
-        code, text = self._get(self.metrics_port, "/metrics")
-        if code != 200:
-            raise RuntimeError(f"operator /metrics answered {code}: {text[:200]}")
-        return parse_metrics(text)
-
-    def stats(self) -> dict:
-        return proc_stats(self.proc.pid)
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
-
-    def tail(self, n: int = 30) -> str:
-        with contextlib.suppress(ValueError):
-            self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
 # --- watching ----------------------------------------------------------------------------------------
@@ -388,7 +279,7 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
     try:
         watches.append(Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start())
         watches.append(Watch(client, MPIJOBS, ns, on_mpijob).start())
-        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log")
+        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log", OPERATOR_FLAGS)
         result["operator_ready_s"] = round(op.wait_ready(), 2)
         time.sleep(1)  # the first resync-free moment after the caches synced
         idle, m0 = op.stats(), op.metrics()

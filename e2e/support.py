@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "hack"))
+from operator_process import OperatorProcess  # noqa: E402
+
 from tests.waiting import wait_until  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
@@ -43,81 +40,16 @@ def service_account_kubeconfig(out: Path) -> str:
     return str(out)
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
-    return {**env, "PYTHONUNBUFFERED": "1", "POD_NAME": f"op-{uuid.uuid4().hex[:6]}"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Operator:
-    """`python -m controller` as a separate process, with leader election on a per-test Lease."""
+class Operator(OperatorProcess):
+    """The operator for one test namespace: readable debug logs, leader election on a Lease of its
+    own (or `lease`, to make replicas compete)."""
 
     def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path, extra: tuple = (),
                  lease: str | None = None) -> None:
-        self.port = _free_port()
-        self.log_path = log_path
-        self.args = [
-            sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}", f"--worker-backend={backend}",
-            f"--namespace={namespace}", "--log-format=console", "--log-level=debug",
-            f"--metrics-bind-address=127.0.0.1:{self.port}",
-            f"--health-probe-bind-address=127.0.0.1:{self.port}",
-            "--leader-elect", "--leader-election-namespace=mpi-operator",
-            f"--leader-election-id={lease or 'e2e-' + namespace}",
-            *extra,
-        ]
-        self._log = open(log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=_env())
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError as e:
-            return 0, str(e)
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        def ready() -> bool:
-            assert self.proc.poll() is None, f"operator exited {self.proc.returncode}:\n{self.tail()}"
-            return self.get("/readyz")[0] == 200
-
-        wait_until(ready, timeout, what="operator /readyz")
-
-    def metric(self, name: str, **labels: str) -> float:
-        """Sum of the samples of `name` whose labels include `labels`."""
-        _, text = self.get("/metrics")
-        total = 0.0
-        for line in text.splitlines():
-            m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
-            if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
-                total += float(m.group(2))
-        return total
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-    def tail(self, n: int = 40) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        super().__init__(kubeconfig, backend, namespace, log_path, (
+            "--log-format=console", "--log-level=debug", "--leader-elect",
+            "--leader-election-namespace=mpi-operator", f"--leader-election-id={lease or 'e2e-' + namespace}",
+            *extra))
 
 
 def mpijob(name: str, *, workers: int = 2, launcher_runs: str | None = "3s", launcher_exit: int = 0,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import yaml
+from operator_process import OperatorProcess  # hack/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster"))
@@ -58,45 +59,36 @@ def run_backend(backend: str, kubeconfig: str, real: bool) -> dict:
     job = yaml.safe_load(manifest.read_text())
     name = job["metadata"]["name"]
     log_path = CLUSTER_DIR / "logs" / f"demo-operator-{backend}.log"
-    say(f"--- backend {backend}: operator started (log: {log_path}), submitting {manifest.relative_to(ROOT)}")
-    with open(log_path, "w") as log:
-        op = subprocess.Popen(
-            [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}", f"--worker-backend={backend}",
-             f"--namespace={ns}", "--log-format=console", "--metrics-bind-address=0",
-             "--health-probe-bind-address=0"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            t0 = time.monotonic()
-            kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(job))
-            last, result = None, "timeout"
-            while time.monotonic() - t0 < TIMEOUT:
-                if op.poll() is not None:
-                    raise SystemExit(f"[demo] the operator exited ({op.returncode}); see {log_path}")
-                state, pods = snapshot(ns, name)
-                if (state, pods) != last:
-                    say(f"{time.monotonic() - t0:6.1f}s  {state:<40} {pods}")
-                    last = (state, pods)
-                if state.startswith(("Succeeded", "Failed")) or "Succeeded (" in state or "Failed (" in state:
-                    result = "Succeeded" if "Succeeded (" in state else "Failed"
-                    break
-                time.sleep(0.5)
-            wall = time.monotonic() - t0
-            output = ""
-            if real:
-                output = kubectl("-n", ns, "logs", f"job/{name}-launcher").stdout.strip()
-                for line in output.splitlines()[-6:]:
-                    say(f"launcher | {line}")
-            time.sleep(1)
-            say(f"after the run: {snapshot(ns, name)[1] or '(no pods)'}")
-            return {"backend": backend, "job": f"{ns}/{name}", "result": result, "seconds": round(wall, 1),
-                    "pi": next((ln for ln in output.splitlines() if "pi is approximately" in ln), "")}
-        finally:
-            op.terminate()
-            try:
-                op.wait(15)
-            except subprocess.TimeoutExpired:
-                op.kill()
+    log_path.unlink(missing_ok=True)
+    op = OperatorProcess(kubeconfig, backend, ns, log_path, ("--log-format=console",))
+    try:
+        op.wait_ready()
+        say(f"--- backend {backend}: operator ready (log: {log_path}), submitting {manifest.relative_to(ROOT)}")
+        t0 = time.monotonic()
+        kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(job))
+        last, result = None, "timeout"
+        while time.monotonic() - t0 < TIMEOUT:
+            op.check_alive()
+            state, pods = snapshot(ns, name)
+            if (state, pods) != last:
+                say(f"{time.monotonic() - t0:6.1f}s  {state:<40} {pods}")
+                last = (state, pods)
+            if "Succeeded (" in state or "Failed (" in state:
+                result = "Succeeded" if "Succeeded (" in state else "Failed"
+                break
+            time.sleep(0.5)
+        wall = time.monotonic() - t0
+        output = ""
+        if real:
+            output = kubectl("-n", ns, "logs", f"job/{name}-launcher").stdout.strip()
+            for line in output.splitlines()[-6:]:
+                say(f"launcher | {line}")
+        time.sleep(1)
+        say(f"after the run: {snapshot(ns, name)[1] or '(no pods)'}")
+        return {"backend": backend, "job": f"{ns}/{name}", "result": result, "seconds": round(wall, 1),
+                "pi": next((ln for ln in output.splitlines() if "pi is approximately" in ln), "")}
+    finally:
+        op.stop()
 
 
 def main() -> int:
