@@ -57,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         if opts.leader_elect else None
     )
     executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
-    factory = InformerFactory(client, namespace=opts.namespace, resync_period=0)
+    factory = InformerFactory(client, namespace=opts.namespace)
     ctrl = MPIJobController(opts, factory, executor)
-    # Resync only the MPIJobs: a periodic reconcile catches anything an event could not.
-    ctrl.mpijobs.resync_period = opts.resync_period
 
     synced = threading.Event()
     ports = health.Servers().start(

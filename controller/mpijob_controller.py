@@ -68,7 +68,9 @@ class MPIJobController:
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
         )
         self.expectations = Expectations()
-        self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields)
+        # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
+        self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
+                                            resync_period=opts.resync_period)
         self.jobs = factory.informer_for(JOBS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
         self.statefulsets = (
             factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)

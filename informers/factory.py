@@ -20,16 +20,18 @@ class InformerFactory:
         self._started = False
 
     def informer_for(self, resource: Resource, label_selector: str = "",
-                     transform: Callable[[dict], dict] | None = None) -> SharedInformer:
+                     transform: Callable[[dict], dict] | None = None,
+                     resync_period: float | None = None) -> SharedInformer:
         """The shared informer of this resource (and selector); created on first use. The
-        transform of the first caller is the one used."""
+        transform and resync_period (default: the factory's) of the first caller are the ones used."""
         key = (resource, self.namespace, label_selector)
         with self._lock:
             inf = self._informers.get(key)
             if inf is None:
                 name = resource.plural if not label_selector else f"{resource.plural}[{label_selector}]"
                 inf = SharedInformer(self.client, resource, namespace=self.namespace,
-                                     label_selector=label_selector, resync_period=self.resync_period,
+                                     label_selector=label_selector,
+                                     resync_period=self.resync_period if resync_period is None else resync_period,
                                      transform=transform, name=name)
                 self._informers[key] = inf
                 if self._started:

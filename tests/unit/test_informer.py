@@ -356,6 +356,13 @@ def test_transform_is_applied_before_caching(client):
         inf.stop()
 
 
+def test_factory_resync_period_per_informer(client):
+    f = InformerFactory(client, namespace="ns", resync_period=30)
+    assert f.informer_for(CONFIGMAPS).resync_period == 30
+    assert f.informer_for(PODS, resync_period=0).resync_period == 0
+    assert f.informer_for(CONFIGMAPS, label_selector="x=y", resync_period=5).resync_period == 5
+
+
 def test_factory_shares_informers(client):
     f = InformerFactory(client, namespace="ns")
     a = f.informer_for(CONFIGMAPS)
