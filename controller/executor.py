@@ -25,6 +25,7 @@ from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 log = logs.get("executor")
 MERGE_PATCH = "application/merge-patch+json"
 RETRIABLE_STATUS = {409, 429, 500, 502, 503, 504}
+CREATE_ROUNDS = 3
 
 
 class NotLeader(Exception):
@@ -33,6 +34,11 @@ class NotLeader(Exception):
 
 class ForeignObject(Exception):
     """A child's name is taken by an object this MPIJob does not control."""
+
+
+class PredecessorChild(Exception):
+    """A child's name is held by the child of a deleted MPIJob of the same name (another uid), which
+    the garbage collector is removing: not a clash, wait for it."""
 
 
 def _precondition_failed(e: ApiError) -> bool:
@@ -112,22 +118,43 @@ class Executor:
         r = resource_for(obj["apiVersion"], obj["kind"])
         key = (r.plural, meta.get("namespace", ""), meta["name"])
         metrics.api_writes.labels("create", obj["kind"]).inc()
-        try:
-            out = self._call("POST", r.path(meta.get("namespace")), body=obj)
-        except ApiError as e:
-            if e.reason != "AlreadyExists":
-                raise
-            # Ours and the cache is behind, or someone else's: look before going on.
-            current = self._call("GET", r.path(meta.get("namespace"), meta["name"]))
-            owners = current.get("metadata", {}).get("ownerReferences") or []
-            if not any(o.get("controller") and o.get("uid") == mpijob["metadata"]["uid"] for o in owners):
-                raise ForeignObject(
-                    f"{obj['kind']} {meta['namespace']}/{meta['name']} exists and is not controlled by this "
-                    "MPIJob; delete or rename it, or rename the MPIJob"
-                ) from e
-            out = current
+        out = self._create_or_find(mpijob, r, obj)
         log.info("created", kind=obj["kind"], name=meta["name"])
         res.written[key] = out["metadata"]["resourceVersion"]
+
+    def _create_or_find(self, mpijob: dict, r, obj: dict) -> dict:
+        """POST `obj`; on AlreadyExists, the existing object if this MPIJob controls it (the cache was
+        behind). An object that vanishes between the AlreadyExists and the GET (the garbage collector
+        removing it) is created again; a few rounds at most."""
+        meta = obj["metadata"]
+        for _ in range(CREATE_ROUNDS):
+            try:
+                return self._call("POST", r.path(meta.get("namespace")), body=obj)
+            except ApiError as e:
+                if e.reason != "AlreadyExists":
+                    raise
+            try:
+                current = self._call("GET", r.path(meta.get("namespace"), meta["name"]))
+            except ApiError as e:
+                if e.status == 404:
+                    continue  # gone meanwhile: create it again
+                raise
+            self._check_controller(mpijob, obj, current)
+            return current
+        raise PredecessorChild(f"{obj['kind']} {meta['namespace']}/{meta['name']} keeps coming and going")
+
+    @staticmethod
+    def _check_controller(mpijob: dict, obj: dict, current: dict) -> None:
+        meta, job = obj["metadata"], mpijob["metadata"]
+        owners = current.get("metadata", {}).get("ownerReferences") or []
+        ctrl = next((o for o in owners if o.get("controller")), None)
+        if ctrl is not None and ctrl.get("uid") == job["uid"]:
+            return
+        what = f"{obj['kind']} {meta['namespace']}/{meta['name']}"
+        if ctrl is not None and ctrl.get("kind") == "MPIJob" and ctrl.get("name") == job["name"]:
+            raise PredecessorChild(f"{what} belongs to a deleted MPIJob {job['name']} (uid {ctrl.get('uid')})")
+        raise ForeignObject(f"{what} exists and is not controlled by this MPIJob; delete or rename it, "
+                            "or rename the MPIJob")
 
     def _patch(self, p: Patch, res: Result) -> None:
         r = resource_for(p.ref.api_version, p.ref.kind)

@@ -17,7 +17,7 @@ import structlog
 
 from controller import logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader
+from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
 from controller.expectations import Expectations
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
@@ -72,11 +72,10 @@ class MPIJobController:
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
         self.jobs = factory.informer_for(JOBS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
-        self.statefulsets = (
-            factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
-            if opts.worker_backend == "statefulset"
-            else None
-        )
+        # Both worker kinds, whatever --worker-backend says: an MPIJob keeps the backend it started
+        # with (reconcilers/backend.py), so a restart with the other flag must still see its workers.
+        self.statefulsets = factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR,
+                                                 transform=strip_managed_fields)
         self.services = factory.informer_for(SERVICES, label_selector=OPERATOR_SELECTOR,
                                              transform=strip_managed_fields)
         self.config_maps = factory.informer_for(CONFIGMAPS, label_selector=OPERATOR_SELECTOR,
@@ -92,9 +91,8 @@ class MPIJobController:
             CONFIGMAPS.plural: self.config_maps.store,
             SECRETS.plural: self.secrets.store,
             PODS.plural: self.pods.store,
+            STATEFULSETS.plural: self.statefulsets.store,
         }
-        if self.statefulsets is not None:
-            self.stores[STATEFULSETS.plural] = self.statefulsets.store
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
@@ -111,8 +109,7 @@ class MPIJobController:
         self._threads: list[threading.Thread] = []
 
     def _children(self) -> list:
-        infs = [self.jobs, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + ([self.statefulsets] if self.statefulsets else [])
+        return [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict) -> None:
@@ -167,6 +164,9 @@ class MPIJobController:
             self.queue.forget(key)
         except NotLeader:
             log.warning("not the leader any more: dropping the reconcile")
+        except PredecessorChild as e:
+            log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
+            self.queue.add_after(key, 1.0)
         except ForeignObject as e:
             metrics.reconcile_errors.labels("ResourceExists").inc()
             log.warning("a child's name is taken", error=str(e))
@@ -227,12 +227,14 @@ class MPIJobController:
             store = self.stores.get(store_name)
             return store.get(f"{ns}/{name}") if store is not None else None
 
-        workers_store = "statefulsets" if self.opts.worker_backend == "statefulset" else "jobs"
+        job_workers = get("jobs", names.worker_name(mpijob))
+        sts_workers = get("statefulsets", names.worker_name(mpijob))
         return Observed(
             service=get("services", names.service_name(mpijob)),
             config_map=get("configmaps", names.config_map_name(mpijob)),
             secret=get("secrets", names.secret_name(mpijob)),
             launcher=get("jobs", names.launcher_name(mpijob)),
-            workers=get(workers_store, names.worker_name(mpijob)),
+            workers=job_workers or sts_workers,
+            other_workers=sts_workers if job_workers else None,
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
         )

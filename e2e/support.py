@@ -25,6 +25,7 @@ OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 RUN_FOR = "sim.mpijob-operator.dev/run-for"
 EXIT_CODE = "sim.mpijob-operator.dev/exit-code"
 FAIL_AFTER = "sim.mpijob-operator.dev/fail-after"
+EXIT_ON_DELETE = "sim.mpijob-operator.dev/exit-code-on-delete"
 
 
 def install_crd(kubectl: Callable) -> None:
@@ -56,7 +57,9 @@ def mpijob(name: str, *, workers: int = 2, launcher_runs: str | None = "3s", lau
            policy: str = "WaitForWorkersReady", run_policy: dict | None = None, slots: int = 1) -> dict:
     """An MPIJob for simulated pods: the launcher 'runs' `launcher_runs` then exits `launcher_exit`
     (None: it runs until deleted); workers run until stopped."""
-    launcher_ann = {}
+    # mpirun stopped by SIGTERM exits non-zero (a launcher is a program, not a daemon); a worker
+    # with no annotation plays sshd, which exits 0 when its pod is deleted.
+    launcher_ann = {EXIT_ON_DELETE: "143"}
     if launcher_runs is not None:
         launcher_ann = {RUN_FOR: launcher_runs, EXIT_CODE: str(launcher_exit)}
     container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}

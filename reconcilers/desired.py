@@ -130,7 +130,9 @@ def config_map(mpijob: Obj, config: Config, pods: list[Obj] | None = None) -> Ob
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(mpijob, n.config_map_name(mpijob)),
+        # The backend its workers start with, kept for the MPIJob's life (reconcilers/backend.py).
+        "metadata": {**_metadata(mpijob, n.config_map_name(mpijob)),
+                     "annotations": {n.BACKEND_ANNOTATION: config.worker_backend}},
         "data": {"hostfile": hostfile(mpijob, config), DISCOVER_HOSTS: discover_hosts(mpijob, pods or [], config)},
     }
 

@@ -9,8 +9,8 @@ controllers' labels and annotations, is never looked at, so never fought over):
 | ConfigMap | `data.hostfile`, `data.discover_hosts.sh` |
 | Service | `spec.selector` (exactly), `spec.publishNotReadyAddresses` |
 | Secret | nothing beyond the labels: the key pair is made once and never rewritten |
-| StatefulSet | `spec.replicas`; `spec.template` + the template-hash annotation, only while no worker |
-|             | pod runs (stopped or resuming), so a running MPI job is never rolled |
+| StatefulSet | `spec.replicas`; `spec.template` (replaced whole) + the template-hash annotation, only |
+|             | while no worker pod runs (stopped or resuming), so a running MPI job is never rolled |
 | worker Job | `spec.suspend`; `spec.parallelism` and `spec.completions` (elastic Indexed Job, |
 |            | only when both were equal) |
 | launcher Job | `spec.suspend` |
@@ -123,7 +123,10 @@ def diff(desired: Obj, observed: Obj, *, template_mutable: bool = False) -> Patc
         d.field("spec", "replicas")
         if template_mutable and template_hash_of(desired) != template_hash_of(observed):
             d.map_keys("metadata", "annotations")
-            _put(d.patch, ("spec", "template"), desired["spec"]["template"])
+            # The template replaced whole: a key the MPIJob's template lost (a nodeSelector key of a
+            # former Kueue flavor) is removed too, where a plain merge patch would keep it.
+            _put(d.patch, ("spec", "template"),
+                 merge_patch(_get(observed, "spec", "template") or {}, desired["spec"]["template"]))
             d.why.append("spec.template changed while no worker runs")
     elif kind == "Job":
         d.field("spec", "suspend")

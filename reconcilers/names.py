@@ -24,6 +24,9 @@ ROLE_WORKER = "worker"
 # Annotation on the worker/launcher objects: a hash of the pod template the operator rendered, so
 # that template changes are detected without comparing against API-server-defaulted templates.
 TEMPLATE_HASH_ANNOTATION = "mpijob-operator.dev/template-hash"
+# On an MPIJob: the worker backend for it ("job" or "statefulset"), over --worker-backend. On its
+# ConfigMap: the backend its workers were started with (reconcilers/backend.py).
+BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
 
 
 def _meta(job: Any) -> dict:

@@ -30,9 +30,11 @@ Expressed in the Plan:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from reconcilers import backend as bk
 from reconcilers import desired as dz
 from reconcilers import diff as df
 from reconcilers import names as n
@@ -66,11 +68,15 @@ def plan(inputs: Inputs) -> Plan:
 class _Planner:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
-        self.config = inputs.config
         self.now = inputs.now
         self.raw = inputs.mpijob
         self.job = with_defaults(inputs.mpijob)
         self.obs = inputs.observed
+        # The backend this MPIJob started with, whatever the flag says now (reconcilers/backend.py).
+        self.choice = bk.choose(self.job, [self.obs.workers, self.obs.other_workers], self.obs.config_map,
+                                inputs.config.worker_backend)
+        self.config = replace(inputs.config, worker_backend=self.choice.backend)
+        self.workers = self.choice.workers
         self.p = Plan()
         self.old_status = st.copy_status(self.raw)
         self.status = st.copy_status(self.raw)
@@ -120,10 +126,20 @@ class _Planner:
             self.cond(st.CREATED, "True", st.R_CREATED, f"MPIJob {self.key} is created.")
             self.event("Normal", st.R_CREATED, f"MPIJob {self.key} is created.")
 
-        self.worker_pods, self.launcher_pods = self.our_pods()
+        self.worker_pods, self.launcher_pods, self.stale_pods = self.our_pods()
         clash = self.clash()
-        if clash and not st.is_finished(self.status):
-            self.fail(st.R_RESOURCE_EXISTS, clash)
+        failed = st.get_condition(self.status, st.FAILED)
+        if failed is not None and failed.get("reason") == st.R_RESOURCE_EXISTS and not clash:
+            st.remove_condition(self.status, st.FAILED)  # the object in the way is gone
+            self.status.pop("completionTime", None)
+        # Not an end: like InvalidSpec, no completionTime (so no TTL), cleared once the name is free.
+        if clash and not st.is_finished(self.status) and self.cond(st.FAILED, "True", st.R_RESOURCE_EXISTS, clash):
+            self.event("Warning", st.R_RESOURCE_EXISTS, clash)
+        if self.stale_children() and not st.is_finished(self.status):
+            # A previous MPIJob of this name left children that the garbage collector is removing
+            # (delete and re-create under one name): wait for them, then create ours.
+            self.requeue(STALE_RECHECK_SECONDS)
+            return self.finish_status()
 
         suspend = bool(self.spec()["runPolicy"].get("suspend"))
         if not st.is_finished(self.status) and not suspend:
@@ -139,7 +155,7 @@ class _Planner:
 
         self.status["replicaStatuses"] = st.replica_statuses(
             self.obs.launcher if self.owned(self.obs.launcher) else None,
-            self.obs.workers if self.owned(self.obs.workers) else None,
+            self.workers if self.owned(self.workers) else None,
             self.launcher_pods, self.worker_pods)
 
         if st.is_finished(self.status):
@@ -161,10 +177,12 @@ class _Planner:
         c = st.get_condition(self.old_status, st.FAILED)
         return c.get("message") if c else None
 
-    def our_pods(self) -> tuple[list[Obj], list[Obj]]:
-        """Pods of our launcher/worker objects (by controller ownerReference name), by role."""
-        owners = {n.launcher_name(self.job): n.ROLE_LAUNCHER, n.worker_name(self.job): n.ROLE_WORKER}
-        workers, launchers = [], []
+    def our_pods(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
+        """Pods of our launcher/worker objects by role, and the stale ones: pods under our names whose
+        controller is not the object we observe (a deleted predecessor's, being removed)."""
+        owners = {n.launcher_name(self.job): (n.ROLE_LAUNCHER, self.obs.launcher),
+                  n.worker_name(self.job): (n.ROLE_WORKER, self.workers)}
+        workers, launchers, stale = [], [], []
         name = n.job_name(self.job)
         for pod in self.obs.pods or []:
             if not isinstance(pod, dict):
@@ -174,18 +192,40 @@ class _Planner:
             if labels.get(n.JOB_NAME_LABEL) != name:
                 continue
             refs = meta.get("ownerReferences") or []
-            owner = next((r.get("name") for r in refs if isinstance(r, dict) and r.get("controller")), None)
-            role = owners.get(owner)
+            ref = next((r for r in refs if isinstance(r, dict) and r.get("controller")), {})
+            role, owner = owners.get(ref.get("name"), (None, None))
             if role is None or labels.get(n.JOB_ROLE_LABEL) != role:
                 continue
+            owner_uid = (owner.get("metadata") or {}).get("uid") if self.owned(owner) else None
+            if ref.get("uid") and ref.get("uid") != owner_uid:
+                stale.append(pod)
+                continue
             (workers if role == n.ROLE_WORKER else launchers).append(pod)
-        return workers, launchers
+        return workers, launchers, stale
+
+    def stale_alive(self, role: str) -> bool:
+        """A predecessor's pod of `role` still runs: a new one would share its hostname."""
+        return any(dz.pod_role(p) == role and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                   for p in self.stale_pods)
+
+    def stale_children(self) -> list[Obj]:
+        """Children under our names controlled by an MPIJob of our name with another uid: a deleted
+        predecessor's, which the garbage collector removes (names are unique, so that one is gone)."""
+        uid = (self.job.get("metadata") or {}).get("uid")
+        out = []
+        for obj in (self.obs.service, self.obs.config_map, self.obs.secret, self.obs.launcher,
+                    self.obs.workers, self.obs.other_workers):
+            ref = n.controller_ref(obj) if obj is not None else None
+            if ref is not None and ref.get("name") == n.job_name(self.job) and uid and ref.get("uid") \
+                    and ref["uid"] != uid:
+                out.append(obj)
+        return out
 
     def clash(self) -> str | None:
-        for field, kind in (("service", "Service"), ("config_map", "ConfigMap"), ("secret", "Secret"),
-                            ("launcher", "Job"), ("workers", None)):
-            obj = getattr(self.obs, field)
-            if obj is not None and not self.owned(obj):
+        stale = [id(o) for o in self.stale_children()]
+        for obj, kind in ((self.obs.service, "Service"), (self.obs.config_map, "ConfigMap"),
+                          (self.obs.secret, "Secret"), (self.obs.launcher, "Job"), (self.workers, None)):
+            if obj is not None and not self.owned(obj) and id(obj) not in stale:
                 kind = kind or obj.get("kind", "object")
                 name = (obj.get("metadata") or {}).get("name", "?")
                 return (f"{kind} {self.ns}/{name} already exists and is not controlled by MPIJob {self.key}; "
@@ -287,8 +327,8 @@ class _Planner:
         count = dz.worker_replicas(self.job)
         if count == 0:
             return True
-        w = self.obs.workers
-        if not self.owned(w):
+        w = self.workers
+        if not self.owned(w) or _deleting(w):
             return False
         wst = w.get("status") or {}
         ready = wst.get("readyReplicas") if w.get("kind") == "StatefulSet" else wst.get("ready")
@@ -302,21 +342,49 @@ class _Planner:
             return True
         return int((lau.get("status") or {}).get("ready") or 0) > 0
 
+    def workers_lost(self, have: Obj) -> str | None:
+        """Why a worker Job can no longer give every worker back, or None. An Indexed Job never
+        reruns an index whose pod succeeded, and a stopped `sshd` exits 0: a deleted worker pod, or
+        every pod of a suspended Job, ends Succeeded and its index stays completed."""
+        wst = have.get("status") or {}
+        if int(wst.get("succeeded") or 0) > 0 or wst.get("completedIndexes"):
+            return f"worker index(es) {wst.get('completedIndexes') or wst.get('succeeded')} ended"
+        for ctype in ("Complete", "Failed"):
+            if st.job_condition(have, ctype) is not None:
+                return f"the worker Job is {ctype}"
+        done = sorted(dz.pod_hostname(p) for p in self.worker_pods
+                      if (p.get("status") or {}).get("phase") == "Succeeded")
+        return f"worker pod(s) {', '.join(done)} ended" if done else None
+
+    def recreate(self, obj: Obj, reason: str) -> None:
+        """Delete `obj` to create it afresh on a later reconcile. Foreground: the object stays until its
+        pods are gone, so a new pod never shares a hostname with an old one."""
+        d = self.delete(obj, reason)
+        self.p.deletes.append(replace(d, propagation="Foreground"))
+
     def sync_workers(self, running: bool) -> None:
         want = dz.workers(self.job, self.config, running=running)
-        have = self.obs.workers
+        have = self.workers
         sts = self.config.worker_backend == "statefulset"
+        stray = self.choice.stray
+        if stray is not None and not _deleting(stray):
+            self.recreate(stray, f"a second set of workers ({stray.get('kind')}) besides the {want['kind']} "
+                                 "this MPIJob started with")
         if have is None:
             if running and (sts or dz.worker_replicas(self.job) > 0):
-                self.p.creates.append(Create(want))
+                if self.stale_alive(n.ROLE_WORKER):
+                    self.requeue(STALE_RECHECK_SECONDS)  # a predecessor's worker pod is still stopping
+                else:
+                    self.p.creates.append(Create(want))
             return
-        if not self.owned(have):
-            return
-        if have.get("kind") != want["kind"]:
-            # The operator's --worker-backend changed: leave the other kind alone while it runs.
+        if not self.owned(have) or _deleting(have):
+            return  # a clash (reported), or a recreation under way: created again once gone
+        lost = self.workers_lost(have) if running and not sts else None
+        if lost:
+            self.recreate(have, f"{lost}: recreate the workers")
             return
         if running and df.recreate_on_resume(want, have):
-            self.p.deletes.append(self.delete(have, "resume: recreate the workers from the current template"))
+            self.recreate(have, "resume: recreate the workers from the current template")
             return
         no_pods = not running or int((have.get("spec") or {}).get("replicas") or 0) == 0
         patch = df.diff(want, have, template_mutable=sts and no_pods)
@@ -326,16 +394,24 @@ class _Planner:
     def sync_launcher(self, running: bool) -> None:
         want = dz.launcher(self.job, self.config, running=running)
         have = self.obs.launcher
+        # WaitForWorkersReady holds the launcher back until every worker is Ready: on the first start
+        # and on every resume (a suspended launcher Job stays suspended until then).
+        hold = running and self.spec()["launcherCreationPolicy"] == "WaitForWorkersReady" \
+            and not self.workers_ready()
         if have is None:
-            wait = self.spec()["launcherCreationPolicy"] == "WaitForWorkersReady"
-            if running and (not wait or self.workers_ready()):
-                self.p.creates.append(Create(want))
+            if running and not hold:
+                if self.stale_alive(n.ROLE_LAUNCHER):
+                    self.requeue(STALE_RECHECK_SECONDS)
+                else:
+                    self.p.creates.append(Create(want))
             return
-        if not self.owned(have):
+        if not self.owned(have) or _deleting(have):
             return
         if running and df.recreate_on_resume(want, have):
-            self.p.deletes.append(self.delete(have, "resume: recreate the launcher from the current template"))
+            self.recreate(have, "resume: recreate the launcher from the current template")
             return
+        if hold and (have.get("spec") or {}).get("suspend"):
+            want = dz.launcher(self.job, self.config, running=False)
         patch = df.diff(want, have)
         if patch:
             self.p.patches.append(patch)
@@ -410,3 +486,10 @@ class _Planner:
 
 
 _NO_KEY = dz.SSHKey("", "")
+# How soon to look again while a deleted predecessor's children or pods are being removed (their
+# delete events requeue the MPIJob anyway; this is the safety net).
+STALE_RECHECK_SECONDS = 1.0
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))

@@ -43,6 +43,8 @@ class Observed:
     secret: Obj | None = None
     launcher: Obj | None = None  # batch/v1 Job `<name>-launcher`
     workers: Obj | None = None  # apps/v1 StatefulSet or batch/v1 Job `<name>-worker`
+    # When both kinds exist under the worker name: the StatefulSet (`workers` is then the Job).
+    other_workers: Obj | None = None
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconcilers import defaults as d
+from reconcilers.backend import BACKENDS as WORKER_BACKENDS
+from reconcilers.names import BACKEND_ANNOTATION
 
 MAX_DNS_LABEL = 63
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -85,6 +87,7 @@ def _validate(job: Any) -> list[FieldError]:
     if not isinstance(name, str) or not name:
         c.add("metadata.name", "is required; give the MPIJob a name")
         name = None
+    _validate_backend_annotation(c, meta)
     spec = job.get("spec")
     if not isinstance(spec, dict):
         c.add("spec", "is required and must be an object with mpiReplicaSpecs.Launcher")
@@ -152,6 +155,15 @@ def _validate(job: Any) -> list[FieldError]:
     if name is not None:
         _validate_name(c, name, workers)
     return c.errors
+
+
+def _validate_backend_annotation(c: _Checker, meta: Any) -> None:
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    value = ann.get(BACKEND_ANNOTATION) if isinstance(ann, dict) else None
+    if value is not None and value not in WORKER_BACKENDS:
+        c.add(f"metadata.annotations[{BACKEND_ANNOTATION}]",
+              f"unsupported worker backend {value!r}; use one of {', '.join(WORKER_BACKENDS)}, or remove it "
+              "to take the operator's --worker-backend")
 
 
 def _validate_name(c: _Checker, name: str, workers: int) -> None:

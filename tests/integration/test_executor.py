@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from controller.executor import Executor, ForeignObject, NotLeader
+from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
 from informers.resources import CONFIGMAPS, MPIJOBS
 from informers.rest import ApiError, RestClient
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from tests.cluster_fixtures import ROOT
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -94,19 +95,48 @@ def test_creates_of_every_kind_appear(client, mpijob, namespace):
 
 @pytest.mark.parametrize("owners", [
     pytest.param(None, id="no-owner"),
-    pytest.param("other-uid", id="another-controller"),
+    pytest.param("another-controller", id="another-controller"),
     pytest.param("not-controller", id="our-uid-but-not-controller"),
 ])
 def test_a_foreign_object_under_our_name_is_refused(client, mpijob, namespace, owners):
     foreign = config_map(mpijob, "pi-config", owned=False)
-    if owners == "other-uid":
-        foreign["metadata"]["ownerReferences"] = [owner(mpijob, uid="00000000-0000-0000-0000-000000000001")]
+    if owners == "another-controller":
+        # A live owner of another kind, so that the garbage collector leaves the object alone.
+        other = client.request("POST", CONFIGMAPS.path(namespace), body={
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other-owner"}})
+        foreign["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner",
+                                                   "uid": other["metadata"]["uid"], "controller": True}]
     elif owners == "not-controller":
         foreign["metadata"]["ownerReferences"] = [owner(mpijob, controller=False)]
     client.request("POST", CONFIGMAPS.path(namespace), body=foreign)
     with pytest.raises(ForeignObject, match="not controlled by this MPIJob"):
         executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
     assert get_cm(client, namespace, "pi-config")["data"] == {"k": "v"}
+
+
+def test_a_deleted_namesakes_child_is_waited_for(client, mpijob, namespace):
+    """Controlled by an MPIJob `pi` of another uid (deleted, its children being collected). A finalizer
+    holds the object while it is being deleted, so the collector cannot win the race in this test."""
+    old = config_map(mpijob, "pi-config", owned=False)
+    old["metadata"]["ownerReferences"] = [owner(mpijob, uid="00000000-0000-0000-0000-000000000001")]
+    old["metadata"]["finalizers"] = ["mpijob-operator.dev/test-hold"]
+    client.request("POST", CONFIGMAPS.path(namespace), body=old)
+    try:
+        with pytest.raises(PredecessorChild, match="deleted MPIJob pi"):
+            executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
+    finally:
+        client.request("PATCH", CONFIGMAPS.path(namespace, "pi-config"), body={"metadata": {"finalizers": None}},
+                       content_type="application/merge-patch+json")
+    # once the collector removed it, the create goes through
+    def created() -> bool:
+        try:
+            executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
+        except PredecessorChild:
+            return False
+        return get_cm(client, namespace, "pi-config")["metadata"]["ownerReferences"][0]["uid"] == \
+            mpijob["metadata"]["uid"]
+
+    wait_until(created, 60, interval=0.5, what="the predecessor's ConfigMap collected and ours created")
 
 
 def test_merge_patch_and_deletes(client, mpijob, namespace):

@@ -6,9 +6,9 @@ import pytest
 import tenacity
 import urllib3
 
-from controller.executor import Executor, NotLeader, _retriable, _wait
+from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, _retriable, _wait
 from informers.rest import ApiError
-from reconcilers.types import Patch, Plan, Ref
+from reconcilers.types import Create, Patch, Plan, Ref
 
 
 def api_error(status: int, reason: str, message: str = "") -> ApiError:
@@ -103,3 +103,32 @@ def test_a_retry_after_the_lease_is_lost_is_not_sent():
     with pytest.raises(NotLeader):
         ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
     assert len(client.calls) == 1
+
+
+JOB = {"metadata": {"name": "pi", "namespace": "ns", "uid": "uid-pi"}}
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-config", "namespace": "ns"}}
+EXISTS = ApiError(409, "AlreadyExists", "configmaps \"pi-config\" already exists")
+GONE = ApiError(404, "NotFound", "")
+
+
+def ours(uid: str = "uid-pi", name: str = "pi", kind: str = "MPIJob") -> dict:
+    return {"metadata": {"resourceVersion": "9", "ownerReferences": [
+        {"kind": kind, "name": name, "uid": uid, "controller": True}]}}
+
+
+@pytest.mark.parametrize("answers,outcome", [
+    ([EXISTS, ours()], "9"),  # the cache was behind: ours already
+    ([EXISTS, GONE, OK], "7"),  # collected between the AlreadyExists and the GET: created again
+    ([EXISTS, GONE, EXISTS, GONE, EXISTS, GONE], PredecessorChild),  # keeps coming and going: later
+    ([EXISTS, ours(uid="uid-old")], PredecessorChild),  # a deleted namesake's, being collected
+    ([EXISTS, ours(uid="u-rs", kind="ReplicaSet", name="rs")], ForeignObject),
+    ([EXISTS, {"metadata": {"resourceVersion": "9"}}], ForeignObject),
+])
+def test_create_meeting_already_exists(answers, outcome):
+    ex = Executor(FakeClient(*answers), is_leader=lambda: True, component="c", instance="i")
+    plan = Plan(creates=[Create(CM)])
+    if isinstance(outcome, str):
+        assert ex.apply(JOB, plan).written[("configmaps", "ns", "pi-config")] == outcome
+    else:
+        with pytest.raises(outcome):
+            ex.apply(JOB, plan)

@@ -368,20 +368,40 @@ def test_ttl_deletes_the_finished_mpijob_when_due(backend):
 
 
 @pytest.mark.parametrize("slot", ["config_map", "launcher", "workers", "service", "secret"])
-def test_a_child_not_controlled_by_this_mpijob_is_never_touched(backend, slot):
+def test_a_deleted_namesakes_child_is_waited_for_not_a_clash(backend, slot):
+    """Delete and re-create under one name: the older MPIJob's children (its uid) are being collected."""
+    _job, obs, _ = converge(mpijob(), backend=backend)
+    old = dict(getattr(obs, slot))
+    old["metadata"] = {**old["metadata"], "ownerReferences": [
+        {**old["metadata"]["ownerReferences"][0], "uid": "uid-of-an-older-pi"}]}
+    obs = replace(obs, **{slot: old})
+    p = run(mpijob(), obs, backend=backend)
+    assert cond(p.status, st.FAILED) is None and "MPIJobFailed" not in events(p)
+    assert not p.creates and not p.patches and not p.deletes
+    assert p.requeue_after is not None and p.requeue_after <= 1.0
+
+
+@pytest.mark.parametrize("slot", ["config_map", "launcher", "workers", "service", "secret"])
+def test_a_child_controlled_by_something_else_is_a_clash_that_clears(backend, slot):
     _job, obs, _ = converge(mpijob(), backend=backend)
     foreign = dict(getattr(obs, slot))
     foreign["metadata"] = {**foreign["metadata"], "ownerReferences": [
-        {**foreign["metadata"]["ownerReferences"][0], "uid": "uid-of-an-older-pi"}]}
-    obs = replace(obs, **{slot: foreign})
-    fresh = mpijob()  # a new MPIJob `pi` meets the leftovers of an older one
-    p = run(fresh, obs, backend=backend)
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "other", "uid": "u-rs", "controller": True}]}
+    obs_clash = replace(obs, **{slot: foreign})
+    p = run(mpijob(), obs_clash, backend=backend)
     c = cond(p.status, st.FAILED)
     assert c["reason"] == "ResourceExists" and foreign["metadata"]["name"] in c["message"]
-    assert ("Warning", "MPIJobFailed") in [(e.type, e.reason) for e in p.events]
+    assert ("Warning", "ResourceExists") in [(e.type, e.reason) for e in p.events]
+    assert "completionTime" not in p.status  # not an end: no TTL runs out on it
     touched = [x.ref.name for x in p.patches + p.deletes]
     assert foreign["metadata"]["name"] not in touched
     assert not p.creates
+    # the object in the way is deleted: the condition clears and the job runs
+    job = mpijob()
+    job["status"] = p.status
+    p = run(job, replace(obs, **{slot: None}), backend=backend)
+    assert cond(p.status, st.FAILED) is None and "completionTime" not in p.status
+    assert p.creates
 
 
 def test_resource_exists_without_owner(backend):

@@ -145,7 +145,12 @@ def ev_launcher_retries(job, obs, backend):
 
 def ev_toggle_suspend(job, obs, backend):
     job["spec"]["runPolicy"]["suspend"] = not job["spec"]["runPolicy"]["suspend"]
-    return obs
+    if not job["spec"]["runPolicy"]["suspend"]:
+        return obs
+    # What the Job/StatefulSet controllers do once the operator has stopped the workers and the
+    # launcher: no pod keeps running, so none shows Running again the instant the job resumes.
+    launcher = with_status(obs.launcher, active=0, ready=0) if obs.launcher else None
+    return replace(obs, launcher=launcher, pods=[])
 
 
 def ev_lose_config_map(job, obs, backend):

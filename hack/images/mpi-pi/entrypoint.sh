@@ -4,8 +4,9 @@
 # retrying with exponential backoff from 0.1 s (10 times, ~100 s in all), then run the command.
 # With launcherCreationPolicy AtStartup the launcher can start before the workers' pods have
 # IPs, and ssh does not retry a name that does not resolve (ConnectionAttempts only retries
-# connecting). Workers (K_MPI_JOB_ROLE=worker): see below. Pods that set `command:` bypass this
-# script; set `args:` to keep it.
+# connecting). Workers run their command as it is: a stopped sshd exits 0, and the operator
+# replaces such a worker (README, "Lost workers"). Pods that set `command:` bypass this script;
+# set `args:` to keep it.
 if [ "${K_MPI_JOB_ROLE:-}" = launcher ]; then
   hostfile=${OMPI_MCA_orte_default_hostfile:-${I_MPI_HYDRA_HOST_FILE:-${HYDRA_HOST_FILE:-/etc/mpi/hostfile}}}
   if [ -r "$hostfile" ]; then
@@ -23,22 +24,5 @@ if [ "${K_MPI_JOB_ROLE:-}" = launcher ]; then
       done
     done
   fi
-fi
-if [ "${K_MPI_JOB_ROLE:-}" = worker ]; then
-  # A worker must not "succeed" when it is stopped: sshd exits 0 on SIGTERM, so a deleted worker
-  # pod would end Succeeded, and an Indexed Job (the operator's Job backend) would count its
-  # index as completed and never replace it. Run the command as a child, pass SIGTERM/SIGINT on,
-  # and turn a 0 exit into 143 (killed by SIGTERM).
-  "$@" &
-  child=$!
-  trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-  rc=0
-  while :; do
-    wait "$child"
-    rc=$?
-    kill -0 "$child" 2>/dev/null || break
-  done
-  [ "$rc" -ne 0 ] || rc=143
-  exit "$rc"
 fi
 exec "$@"

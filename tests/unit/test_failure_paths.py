@@ -1,0 +1,218 @@
+"""plan() on the failure paths real clusters take: a worker whose sshd exits 0 when stopped, a resume
+after such a stop, a name reused at once, a backend switch, template keys that go away, and a
+resume under WaitForWorkersReady."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from reconcilers import names as n
+from reconcilers import status as st
+from reconcilers.types import Observed
+from tests.unit.sim import (
+    apply_plan,
+    at,
+    converge,
+    mpijob,
+    pod,
+    run,
+    running_state,
+    with_status,
+    workers_ready,
+)
+
+
+def cond(status, ctype):
+    return st.get_condition(status, ctype)
+
+
+def deletes(p) -> list[tuple[str, str, str]]:
+    return [(d.ref.kind, d.ref.name, d.propagation) for d in p.deletes]
+
+
+def suspended_then_stopped(job, obs, backend, **worker_status):
+    """Suspended (Kueue's preemption), and what the controllers then did: every pod stopped; for the
+    Job backend, each stopped sshd exited 0, so the Indexed Job counts its indexes as completed."""
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs, _ = converge(job, obs, backend, now=at(100))
+    ready = "readyReplicas" if backend == "statefulset" else "ready"
+    obs = replace(obs, pods=[], workers=with_status(obs.workers, **{ready: 0}, **worker_status),
+                  launcher=with_status(obs.launcher, active=0, ready=0))
+    job, obs, _ = converge(job, obs, backend, now=at(101))
+    return job, obs
+
+
+# -- 1. a lost worker of the Job backend -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["pod-succeeded", "completed-index", "job-complete"])
+def test_a_worker_that_ended_succeeded_makes_the_worker_job_recreated(how):
+    job, obs = running_state(mpijob(), "job")
+    if how == "pod-succeeded":  # the pod informer saw it before the Job controller counted it
+        obs = replace(obs, pods=[pod(job, "worker", 0, phase="Succeeded"), *obs.pods[2:]])
+    elif how == "completed-index":
+        obs = replace(obs, workers=with_status(obs.workers, succeeded=1, completedIndexes="0", ready=1))
+    else:
+        obs = replace(obs, workers=with_status(obs.workers, succeeded=2, completedIndexes="0-1", ready=0,
+                                               conditions=[{"type": "Complete", "status": "True"}]))
+    obs = workers_ready(obs, 1) if how != "job-complete" else obs
+    p = run(job, obs, now=at(10))
+    assert deletes(p) == [("Job", "pi-worker", "Foreground")]
+    assert p.deletes[0].uid == obs.workers["metadata"]["uid"]
+    assert cond(p.status, st.RESTARTING)["status"] == "True"
+    assert not p.creates
+    # the deletion is under way (foreground: the Job stays until its pods are gone): nothing more
+    deleting = copy.deepcopy(obs.workers)
+    deleting["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:11Z"
+    job["status"] = p.status
+    again = run(job, replace(obs, workers=deleting), now=at(11))
+    assert not again.deletes and not again.creates
+    assert not [x for x in again.patches if x.ref.name == "pi-worker"]
+    # gone: created afresh, every index runs again
+    p = run(job, replace(obs, workers=None, pods=[]), now=at(12))
+    (create,) = [c.obj for c in p.creates]
+    assert (create["kind"], create["metadata"]["name"], create["spec"]["suspend"]) == ("Job", "pi-worker", False)
+
+
+def test_a_lost_worker_of_the_statefulset_backend_is_left_to_the_statefulset():
+    job, obs = running_state(mpijob(), "statefulset")
+    obs = workers_ready(replace(obs, pods=obs.pods[:2]), 1)
+    p = run(job, obs, backend="statefulset", now=at(10))
+    assert not p.deletes and not p.creates
+    assert cond(p.status, st.RESTARTING)["status"] == "True"
+
+
+def test_a_finished_mpijob_never_recreates_its_workers():
+    job, obs = running_state(mpijob(), "job")
+    job["status"]["conditions"].append({"type": "Succeeded", "status": "True", "reason": "MPIJobSucceeded"})
+    obs = replace(obs, workers=with_status(obs.workers, succeeded=2, completedIndexes="0-1"))
+    p = run(job, obs, now=at(10))
+    assert not p.deletes and not p.creates
+
+
+def test_resume_after_the_workers_exited_0_recreates_them_even_with_the_same_template():
+    job, obs = running_state(mpijob(), "job")
+    job, obs = suspended_then_stopped(job, obs, "job", succeeded=2, completedIndexes="0-1")
+    job["spec"]["runPolicy"]["suspend"] = False
+    p = run(job, obs, now=at(200))
+    assert ("Job", "pi-worker", "Foreground") in deletes(p)
+    job, obs = apply_plan(job, obs, p)
+    job, obs, _ = converge(job, obs, "job", now=at(201))
+    assert obs.workers["spec"]["suspend"] is False and "status" not in obs.workers
+
+
+def test_resume_without_completed_indexes_unsuspends_in_place():
+    job, obs = running_state(mpijob(), "job")
+    job, obs = suspended_then_stopped(job, obs, "job", failed=2)  # the image's sshd exits non-zero
+    job["spec"]["runPolicy"]["suspend"] = False
+    p = run(job, obs, now=at(200))
+    assert not p.deletes
+    assert {"spec": {"suspend": False}} in [x.patch for x in p.patches]
+
+
+# -- 2. delete and re-create under one name --------------------------------------------------------------------------
+
+
+def test_a_predecessors_pods_still_stopping_hold_back_the_new_workers():
+    old = mpijob(uid="uid-old")
+    _j, old_obs = running_state(old, "job")
+    old_pods = [{**p_, "metadata": {**p_["metadata"], "ownerReferences": [
+        {**p_["metadata"]["ownerReferences"][0], "uid": "uid-of-the-old-job"}]}} for p_ in old_obs.pods]
+    fresh = mpijob(uid="uid-new")
+    p = run(fresh, Observed(pods=old_pods))
+    kinds = sorted(c.obj["kind"] for c in p.creates)
+    assert kinds == ["ConfigMap", "Secret", "Service"], kinds  # no worker Job or launcher yet
+    assert p.requeue_after == 1.0
+    assert p.status["replicaStatuses"]["Worker"]["active"] == 0  # the old pods are not counted
+    job, obs = apply_plan(fresh, Observed(pods=old_pods), p)
+    stopped = [with_status(x, phase="Succeeded") for x in old_pods]
+    p = run(job, replace(obs, pods=stopped))
+    assert sorted(c.obj["kind"] for c in p.creates) == ["Job", "Job"]
+
+
+# -- 3. the backend an MPIJob started with ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("started,flag", [("statefulset", "job"), ("job", "statefulset")])
+def test_an_mpijob_keeps_the_backend_it_started_with(started, flag):
+    job, obs = running_state(mpijob(), started)
+    p = run(job, obs, backend=flag, now=at(10))
+    assert p.writes == 0, p
+    # its ConfigMap records the backend: kept while the workers are away too
+    assert obs.config_map["metadata"]["annotations"][n.BACKEND_ANNOTATION] == started
+    p = run(job, replace(obs, workers=None), backend=flag, now=at(11))
+    (create,) = [c.obj for c in p.creates]
+    assert create["kind"] == ("StatefulSet" if started == "statefulset" else "Job")
+
+
+@pytest.mark.parametrize("value,kind", [("statefulset", "StatefulSet"), ("job", "Job")])
+def test_the_mpijob_annotation_chooses_over_the_flag(value, kind):
+    job = mpijob()
+    job["metadata"]["annotations"] = {n.BACKEND_ANNOTATION: value}
+    flag = "job" if value == "statefulset" else "statefulset"
+    _job, obs, _ = converge(job, backend=flag)
+    assert obs.workers["kind"] == kind
+
+
+def test_an_unknown_backend_annotation_is_invalid():
+    job = mpijob()
+    job["metadata"]["annotations"] = {n.BACKEND_ANNOTATION: "deployment"}
+    p = run(job)
+    failed = cond(p.status, st.FAILED)
+    assert failed["reason"] == "InvalidSpec" and n.BACKEND_ANNOTATION in failed["message"]
+    assert not p.creates
+
+
+def test_a_second_set_of_workers_of_the_other_kind_is_removed():
+    job, obs = running_state(mpijob(), "job")
+    _j, sts_obs = running_state(mpijob(), "statefulset")
+    sts = copy.deepcopy(sts_obs.workers)
+    sts["metadata"]["creationTimestamp"] = "2025-01-01T12:01:00Z"
+    obs.workers["metadata"]["creationTimestamp"] = "2025-01-01T12:00:00Z"
+    p = run(job, replace(obs, other_workers=sts), backend="statefulset", now=at(10))
+    assert deletes(p) == [("StatefulSet", "pi-worker", "Foreground")]
+    assert not p.creates
+
+
+# -- 4. template keys that go away -----------------------------------------------------------------------------------
+
+
+def test_a_statefulset_template_loses_the_keys_the_mpijob_template_lost():
+    """Kueue re-admits a suspended MPIJob on another flavor: one nodeSelector key replaced by another."""
+    job = mpijob()
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"flavor-a": "x"}
+    job, obs = running_state(job, "statefulset")
+    job, obs = suspended_then_stopped(job, obs, "statefulset")
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"flavor-b": "y"}
+    job["spec"]["runPolicy"]["suspend"] = False
+    p = run(job, obs, backend="statefulset", now=at(200))
+    (patch,) = [x.patch for x in p.patches if x.ref.kind == "StatefulSet"]
+    assert patch["spec"]["template"]["spec"]["nodeSelector"] == {"flavor-a": None, "flavor-b": "y"}
+    job, obs = apply_plan(job, obs, p)
+    assert obs.workers["spec"]["template"]["spec"]["nodeSelector"] == {"flavor-b": "y"}
+
+
+# -- 5. resume under WaitForWorkersReady -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["job", "statefulset"])
+def test_resume_with_wait_for_workers_ready_holds_the_launcher_until_they_are(backend):
+    job, obs, _ = converge(mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"}), backend=backend)
+    job, obs, _ = converge(job, workers_ready(obs, 2), backend)
+    obs = replace(obs, launcher=with_status(obs.launcher, active=1, ready=1),
+                  pods=[pod(job, "launcher")] + [pod(job, "worker", i, backend=backend) for i in range(2)])
+    job, obs, _ = converge(job, obs, backend)
+    assert cond(job["status"], st.RUNNING)["status"] == "True"
+    job, obs = suspended_then_stopped(job, obs, backend)
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, _ = converge(job, obs, backend, now=at(200))
+    assert obs.launcher["spec"]["suspend"] is True, "launcher resumed with 0 workers Ready"
+    obs = workers_ready(obs, 1)
+    p = run(job, obs, backend=backend, now=at(201))
+    assert not [x for x in p.patches if x.ref.name == "pi-launcher"]
+    obs = workers_ready(obs, 2)
+    p = run(job, obs, backend=backend, now=at(202))
+    assert {"spec": {"suspend": False}} in [x.patch for x in p.patches if x.ref.name == "pi-launcher"]
