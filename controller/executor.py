@@ -33,7 +33,11 @@ class NotLeader(Exception):
 
 
 class ForeignObject(Exception):
-    """A child's name is taken by an object this MPIJob does not control."""
+    """A child's name is taken by an object this MPIJob does not control; `path` is its API path."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class PredecessorChild(Exception):
@@ -139,12 +143,12 @@ class Executor:
                 if e.status == 404:
                     continue  # gone meanwhile: create it again
                 raise
-            self._check_controller(mpijob, obj, current)
+            self._check_controller(mpijob, obj, current, r.path(meta.get("namespace"), meta["name"]))
             return current
         raise PredecessorChild(f"{obj['kind']} {meta['namespace']}/{meta['name']} keeps coming and going")
 
     @staticmethod
-    def _check_controller(mpijob: dict, obj: dict, current: dict) -> None:
+    def _check_controller(mpijob: dict, obj: dict, current: dict, path: str = "") -> None:
         meta, job = obj["metadata"], mpijob["metadata"]
         owners = current.get("metadata", {}).get("ownerReferences") or []
         ctrl = next((o for o in owners if o.get("controller")), None)
@@ -153,8 +157,18 @@ class Executor:
         what = f"{obj['kind']} {meta['namespace']}/{meta['name']}"
         if ctrl is not None and ctrl.get("kind") == "MPIJob" and ctrl.get("name") == job["name"]:
             raise PredecessorChild(f"{what} belongs to a deleted MPIJob {job['name']} (uid {ctrl.get('uid')})")
-        raise ForeignObject(f"{what} exists and is not controlled by this MPIJob; delete or rename it, "
-                            "or rename the MPIJob")
+        raise ForeignObject(f"{what} already exists and is not controlled by MPIJob {meta['namespace']}/"
+                            f"{job['name']}; delete or rename that object, or give the MPIJob another name", path)
+
+    def exists(self, path: str) -> bool:
+        """Whether the object at `path` exists (a read: no leader guard)."""
+        try:
+            self.client.request("GET", path)
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
     def _patch(self, p: Patch, res: Result) -> None:
         r = resource_for(p.ref.api_version, p.ref.kind)

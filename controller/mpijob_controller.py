@@ -27,11 +27,12 @@ from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_
 from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names
 from reconcilers.plan import plan as make_plan
-from reconcilers.types import Config, Event, Inputs, Observed
+from reconcilers.types import Config, Inputs, Observed
 
 log = logs.get("controller")
 OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 POD_INDEX = "mpijob"
+TAKEN_RECHECK_SECONDS = 5.0  # how often a name taken by a foreign object is looked at again
 EVENT_METRICS = {
     "MPIJobCreated": metrics.jobs_created,
     "MPIJobSucceeded": metrics.jobs_successful,
@@ -68,6 +69,8 @@ class MPIJobController:
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
         )
         self.expectations = Expectations()
+        # key -> (message, API path) of a child's name taken by an object we do not control.
+        self._taken: dict[str, tuple[str, str]] = {}
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
@@ -119,6 +122,7 @@ class MPIJobController:
         obj = _unwrap(obj)
         key = meta_namespace_key(obj)
         self.expectations.forget(key)
+        self._taken.pop(key, None)
         with contextlib.suppress(KeyError):
             metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
         self.queue.add(key)
@@ -168,12 +172,13 @@ class MPIJobController:
             log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
             self.queue.add_after(key, 1.0)
         except ForeignObject as e:
+            # The plan reports it (condition + Event) from the next reconcile on; the name is looked at
+            # again every few seconds, since no informer shows an object without our labels.
             metrics.reconcile_errors.labels("ResourceExists").inc()
-            log.warning("a child's name is taken", error=str(e))
-            mpijob = self.mpijobs.store.get(key)
-            if mpijob:
-                self.executor.event(mpijob, Event("Warning", "ResourceExists", str(e)))
-            self.queue.add_rate_limited(key)
+            if self._taken.get(key, (None,))[0] != str(e):
+                log.warning("a child's name is taken", error=str(e))
+            self._taken[key] = (str(e), e.path)
+            self.queue.add(key)
         except Exception as e:
             metrics.reconcile_errors.labels(type(e).__name__).inc()
             log.error("reconcile failed; retrying with backoff", error=str(e),
@@ -189,12 +194,15 @@ class MPIJobController:
         if mpijob is None:
             self.expectations.forget(key)
             return
+        taken = self._still_taken(key)
+        if taken:
+            self.queue.add_after(key, TAKEN_RECHECK_SECONDS)
         if not self._caught_up(key):
             log.debug("waiting for the cache to show our writes", pending=len(self.expectations.pending(key)))
             self.queue.add_after(key, 5.0)  # safety net; the informer event normally comes first
             return
         metrics.job_info.labels(names.launcher_name(mpijob), split_key(key)[0]).set(1)
-        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen)
+        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, taken=taken)
         plan = make_plan(inputs)
         if plan.writes or plan.events:
             log.debug("applying plan", creates=len(plan.creates), patches=len(plan.patches),
@@ -211,6 +219,17 @@ class MPIJobController:
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
+
+    def _still_taken(self, key: str) -> str | None:
+        """The message of a name found taken by a foreign object, while that object exists."""
+        found = self._taken.get(key)
+        if found is None:
+            return None
+        if self.executor.exists(found[1]):
+            return found[0]
+        log.info("the object in the way is gone", detail=found[0])
+        del self._taken[key]
+        return None
 
     def _caught_up(self, key: str) -> bool:
         for ok in self.expectations.pending(key):

@@ -115,24 +115,77 @@ def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, n
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-slow")
 
 
-def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):
-    """A worker deleted during the run breaks mpirun; the launcher Job retries, and the retry
-    succeeds once the worker is back under the same name."""
-    args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"]
-    job = _mpijob("pi-kill", args=args, backoff=3)
-    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
-    deadline = time.monotonic() + 120
+SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]  # as upstream's examples: `command:`
+
+
+def _wait_launcher_running(kubectl, ns: str, name: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # until the ranks are computing
-        launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
-        if any(p["status"].get("phase") == "Running" for p in launchers):
-            break
+        if any(p["status"].get("phase") == "Running" for p in _pods(kubectl, ns, name, "launcher")):
+            return
         time.sleep(0.5)
+    raise AssertionError(f"no launcher of {ns}/{name} Running after {timeout}s")
+
+
+def _ready_workers(kubectl, ns: str, name: str) -> list[dict]:
+    return [p for p in _pods(kubectl, ns, name, "worker")
+            if not p["metadata"].get("deletionTimestamp")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+
+
+def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, namespace, backend):
+    """A worker running sshd as its `command:` is deleted during the run: sshd exits 0 and the pod
+    ends Succeeded (an Indexed Job counts its index as completed). mpirun breaks; the worker comes
+    back under the same name, and the launcher Job's retry succeeds."""
+    args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "40000000000"]
+    job = _mpijob("pi-kill", args=args, backoff=3, worker_command=SSHD)
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    _wait_launcher_running(kubectl, namespace, "pi-kill")
     time.sleep(5)
     # Worker 0 by hostname: a StatefulSet pod is named so, an Indexed Job pod has a random suffix.
-    (victim,) = [p["metadata"]["name"] for p in _pods(kubectl, namespace, "pi-kill", "worker")
+    (victim,) = [p for p in _pods(kubectl, namespace, "pi-kill", "worker")
                  if p["spec"].get("hostname") == "pi-kill-worker-0" and p["status"].get("phase") == "Running"]
-    kubectl("-n", namespace, "delete", "pod", victim, "--wait=false")
+    t0 = time.monotonic()
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+    deadline = t0 + 120
+    while time.monotonic() < deadline:
+        ws = _ready_workers(kubectl, namespace, "pi-kill")
+        if len(ws) == 2 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in ws}:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the deleted worker did not come back Ready")
+    print(f"\n[{backend}] real worker deleted -> both workers Ready again: {time.monotonic() - t0:.1f}s")
     assert _wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
     launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
     assert any(p["status"].get("phase") == "Failed" for p in launchers), "no launcher attempt failed"
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-kill")
+
+
+@pytest.mark.parametrize("policy", ["AtStartup", "WaitForWorkersReady"])
+def test_suspend_and_resume_mid_run_succeeds(kubectl, realnode, operator, namespace, backend, policy):
+    """Kueue's preemption on a real node: suspended mid-run, every worker's sshd (`command:`) exits 0;
+    the resume flips only `suspend`, and the run starts afresh with every worker and succeeds."""
+    args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "20000000000"]
+    job = _mpijob("pi-sus", args=args, backoff=3, policy=policy, worker_command=SSHD)
+    kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
+    _wait_launcher_running(kubectl, namespace, "pi-sus")
+    patch = lambda v: kubectl("-n", namespace, "patch", "mpijob", "pi-sus", "--type=merge",  # noqa: E731
+                              "-p", json.dumps({"spec": {"runPolicy": {"suspend": v}}}))
+    patch(True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        alive = [p for p in _pods(kubectl, namespace, "pi-sus", "worker") + _pods(kubectl, namespace, "pi-sus",
+                                                                                 "launcher")
+                 if p["status"].get("phase") in ("Pending", "Running")]
+        if not alive:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"pods still running while suspended: {[p['metadata']['name'] for p in alive]}")
+    t0 = time.monotonic()
+    patch(False)
+    assert _wait_finished(kubectl, namespace, "pi-sus", 300) == "Succeeded"
+    print(f"\n[{backend}/{policy}] resume -> Succeeded on the real node: {time.monotonic() - t0:.1f}s")
+    logs = _launcher_logs(kubectl, namespace, "pi-sus")
+    assert "pi is approximately 3.14159" in logs and "4 ranks on 2 hosts" in logs, logs

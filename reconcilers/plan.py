@@ -39,7 +39,7 @@ from reconcilers import desired as dz
 from reconcilers import diff as df
 from reconcilers import names as n
 from reconcilers import status as st
-from reconcilers.defaults import with_defaults
+from reconcilers.defaults import WORKER, with_defaults
 from reconcilers.types import Create, Delete, Event, Inputs, Obj, Plan, Ref
 from reconcilers.validation import validate
 
@@ -127,7 +127,7 @@ class _Planner:
             self.event("Normal", st.R_CREATED, f"MPIJob {self.key} is created.")
 
         self.worker_pods, self.launcher_pods, self.stale_pods = self.our_pods()
-        clash = self.clash()
+        clash = self.clash() or self.inputs.taken
         failed = st.get_condition(self.status, st.FAILED)
         if failed is not None and failed.get("reason") == st.R_RESOURCE_EXISTS and not clash:
             st.remove_condition(self.status, st.FAILED)  # the object in the way is gone
@@ -363,6 +363,8 @@ class _Planner:
         self.p.deletes.append(replace(d, propagation="Foreground"))
 
     def sync_workers(self, running: bool) -> None:
+        if not isinstance(self.spec()["mpiReplicaSpecs"].get(WORKER), dict):
+            return  # no Worker replica spec (the CRD allows it): the launcher runs alone
         want = dz.workers(self.job, self.config, running=running)
         have = self.workers
         sts = self.config.worker_backend == "statefulset"
@@ -426,7 +428,8 @@ class _Planner:
         count = dz.worker_replicas(self.job)
         running = self.obs.launcher is not None and self.launcher_running() and self.workers_ready()
         lst = ((self.obs.launcher or {}).get("status") or {}) if self.owned(self.obs.launcher) else {}
-        worker_failed = any((p.get("status") or {}).get("phase") == "Failed" for p in self.worker_pods)
+        # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs.
+        worker_failed = any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded") for p in self.worker_pods)
         worker_lost = st.is_true(self.old_status, st.RUNNING) and not self.workers_ready()
         # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
         launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in self.launcher_pods)

@@ -127,3 +127,6 @@ class Inputs:
     now: datetime  # timezone-aware UTC
     # Called only when the SSH Secret must be created; the controller passes a real generator.
     keygen: KeyGen | None = None
+    # A child's name that the last apply found taken by an object this MPIJob does not control and
+    # the caches cannot show (not labelled as ours): the message to report, until the name is free.
+    taken: str | None = None

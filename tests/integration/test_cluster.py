@@ -143,3 +143,27 @@ def token_kubeconfig(tmp_path, token: str) -> str:
     path = tmp_path / "sa.kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)
+
+
+@pytest.mark.parametrize("annotations,phase,code", [
+    ({}, "Succeeded", 0),  # a daemon such as a worker's `sshd -De` exits 0 on SIGTERM
+    ({"sim.mpijob-operator.dev/exit-code-on-delete": "143"}, "Failed", 143),
+    ({"sim.mpijob-operator.dev/run-for": "1h"}, "Failed", 137),  # a program that ignores SIGTERM as PID 1
+])
+def test_a_deleted_running_pod_exits_as_its_program_would(kubectl, get_json, namespace, annotations, phase, code):
+    """kwok is never kinder than a real node: what a deleted pod's container exits with decides whether
+    an Indexed Job counts its index as completed. A finalizer keeps the pod readable after it stopped."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "annotations": annotations, "finalizers": ["mpijob-operator.dev/test-hold"]},
+           "spec": {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never",
+                    "nodeSelector": {"type": "kwok"}}}
+    kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(pod))
+    wait_until(lambda: get_json("pod", "-n", namespace, "p")["status"].get("phase") == "Running", 30, what="Running")
+    kubectl("-n", namespace, "delete", "pod", "p", "--wait=false")
+    p = wait_until(lambda: (q := get_json("pod", "-n", namespace, "p"))["status"]["phase"] in ("Succeeded", "Failed")
+                   and q, timeout=30, what="stopped")
+    try:
+        assert p["status"]["phase"] == phase
+        assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == code
+    finally:
+        kubectl("-n", namespace, "patch", "pod", "p", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')

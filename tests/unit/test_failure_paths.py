@@ -216,3 +216,22 @@ def test_resume_with_wait_for_workers_ready_holds_the_launcher_until_they_are(ba
     obs = workers_ready(obs, 2)
     p = run(job, obs, backend=backend, now=at(202))
     assert {"spec": {"suspend": False}} in [x.patch for x in p.patches if x.ref.name == "pi-launcher"]
+
+
+def test_a_name_the_last_apply_found_taken_is_reported_until_it_is_free():
+    """An object without our labels is invisible to the caches: the controller passes what the create
+    met (Inputs.taken) while that object exists."""
+    from reconcilers.plan import plan
+    from reconcilers.types import Config, Inputs
+    from tests.unit.sim import NOW, KeyGen
+
+    job = mpijob()
+    msg = "ConfigMap ns/pi-config already exists and is not controlled by MPIJob ns/pi; delete or rename it"
+    p = plan(Inputs(job, Observed(), Config(), NOW, KeyGen(), taken=msg))
+    failed = cond(p.status, st.FAILED)
+    assert (failed["reason"], failed["message"]) == ("ResourceExists", msg)
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "MPIJobCreated"), ("Warning", "ResourceExists")]
+    assert not p.creates
+    job["status"] = p.status
+    p = plan(Inputs(job, Observed(), Config(), NOW, KeyGen()))
+    assert cond(p.status, st.FAILED) is None and len(p.creates) == 5

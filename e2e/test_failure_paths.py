@@ -1,0 +1,186 @@
+"""The failure paths real clusters take, end to end on the local cluster for both worker backends:
+a worker whose sshd exits 0 when its pod is deleted (kwok plays it so, as the real node does),
+a suspend and resume that stops every worker that way, a name reused at once, an operator
+restarted with the other backend, template keys Kueue removes, and a resume under
+WaitForWorkersReady."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from support import (
+    JOB_NAME,
+    ROLE,
+    apply,
+    conditions,
+    events,
+    get,
+    items,
+    live,
+    mpijob,
+    now,
+    pods,
+    wait_condition,
+)
+
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
+WORKER_KIND = {"job": "job", "statefulset": "statefulset"}
+
+
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def ready_workers(kubectl, ns: str, name: str) -> list[dict]:
+    return [p for p in live(pods(kubectl, ns, name, "worker")) if ready(p)]
+
+
+def suspend(kubectl, ns: str, name: str, value: bool) -> None:
+    kubectl("-n", ns, "patch", "mpijob", name, "--type=merge", "-p",
+            json.dumps({"spec": {"runPolicy": {"suspend": value}}}))
+
+
+def worker_objects(kubectl, ns: str, name: str) -> list[str]:
+    sel = f"{JOB_NAME}={name},{ROLE}=worker"
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for k in ("jobs", "statefulsets")
+                  for o in items(kubectl, ns, k, sel))
+
+
+def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, namespace, backend):
+    """The pod ends Succeeded; an Indexed Job never reruns that index, so the operator must."""
+    apply(kubectl, namespace, mpijob("pi", workers=3, launcher_runs=None))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-1"]
+    t0 = now()
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+    if backend == "job":
+        # The worker Job is recreated, which takes more than one reconcile: always seen. A StatefulSet
+        # may replace the pod before any reconcile sees it gone, and then there is nothing to show.
+        wait_condition(kubectl, namespace, "pi", "Restarting", timeout=60)
+
+    def back() -> bool:
+        ws = ready_workers(kubectl, namespace, "pi")
+        return len(ws) == 3 and any(p["spec"]["hostname"] == "pi-worker-1" and
+                                    p["metadata"]["uid"] != victim["metadata"]["uid"] for p in ws)
+
+    wait_until(back, 60, interval=0.2, what="worker 1 back under its name, every worker Ready")
+    print(f"\n[{backend}] worker lost -> all workers Ready again: {now() - t0:.1f}s")
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    assert worker_objects(kubectl, namespace, "pi") == [f"{'StatefulSet' if backend == 'statefulset' else 'Job'}"
+                                                        "/pi-worker"]
+
+
+def test_suspend_then_resume_brings_every_worker_back(kubectl, operator, namespace, backend):
+    """Kueue's preemption: every worker's sshd exits 0 on the suspend; the resume only flips suspend."""
+    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs="8s"))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    suspend(kubectl, namespace, "pi", True)
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi")), 60, what="every pod stopped")
+    phases = {p["status"].get("phase") for p in pods(kubectl, namespace, "pi", "worker")}
+    assert phases <= {"Succeeded"}, phases  # as sshd does
+    suspend(kubectl, namespace, "pi", False)
+    wait_until(lambda: len(ready_workers(kubectl, namespace, "pi")) == 2, 60, what="both workers back")
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+
+
+@pytest.mark.parametrize("rounds", [10])
+def test_delete_and_recreate_under_the_same_name(kubectl, operator, namespace, backend, rounds):
+    """`kubectl delete --wait=false && kubectl apply`: the old children are still there for a moment."""
+    job = mpijob("pi", launcher_runs="1s", policy="AtStartup")
+    for i in range(rounds):
+        apply(kubectl, namespace, job)
+        wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=60)
+        conds = conditions(kubectl, namespace, "pi")
+        assert conds.get("Failed", {}).get("status") != "True", (i, conds)
+        assert "ResourceExists" not in {e["reason"] for e in events(kubectl, namespace, "pi")}, i
+        kubectl("-n", namespace, "delete", "mpijob", "pi", "--wait=false")
+        wait_until(lambda: get(kubectl, namespace, "mpijob", "pi") is None, 30, interval=0.1, what="deleted")
+
+
+def test_a_real_clash_is_reported_then_clears(kubectl, operator, namespace, backend):
+    kubectl("-n", namespace, "create", "configmap", "pi-config", "--from-literal=k=v")
+    apply(kubectl, namespace, mpijob("pi", launcher_runs="1s"))
+    failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
+    assert failed["reason"] == "ResourceExists" and "pi-config" in failed["message"], failed
+    evs = [e for e in events(kubectl, namespace, "pi") if e["reason"] == "ResourceExists"]
+    assert evs and evs[0]["type"] == "Warning", evs
+    kubectl("-n", namespace, "delete", "configmap", "pi-config")
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+    assert "Failed" not in conditions(kubectl, namespace, "pi")
+
+
+@pytest.mark.parametrize("first,then", [("statefulset", "job"), ("job", "statefulset")])
+def test_restart_with_the_other_backend_keeps_the_running_workers(kubectl, start_operator, namespace, first, then):
+    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs="15s"))
+    op = start_operator(first, namespace)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    kind = "StatefulSet" if first == "statefulset" else "Job"
+    assert worker_objects(kubectl, namespace, "pi") == [f"{kind}/pi-worker"]
+    op.stop()
+    start_operator(then, namespace)
+    # a new MPIJob takes the new flag, one with the annotation keeps the old one
+    apply(kubectl, namespace, mpijob("fresh", workers=1, launcher_runs="1s"))
+    pinned = mpijob("pinned", workers=1, launcher_runs="1s")
+    pinned["metadata"]["annotations"] = {BACKEND_ANNOTATION: first}
+    apply(kubectl, namespace, pinned)
+    wait_condition(kubectl, namespace, "fresh", "Succeeded", timeout=90)
+    wait_condition(kubectl, namespace, "pinned", "Succeeded", timeout=90)
+    new_kind = "StatefulSet" if then == "statefulset" else "Job"
+    assert worker_objects(kubectl, namespace, "fresh") == [f"{new_kind}/fresh-worker"]
+    assert worker_objects(kubectl, namespace, "pinned") == [f"{kind}/pinned-worker"]
+    # the job in flight kept its workers: one object, one live pod per hostname, all along
+    for _ in range(6):
+        assert worker_objects(kubectl, namespace, "pi") == [f"{kind}/pi-worker"]
+        hostnames = [p["spec"].get("hostname") or p["metadata"]["name"] for p in live(pods(kubectl, namespace, "pi",
+                                                                                          "worker"))]
+        assert len(hostnames) == len(set(hostnames)), hostnames
+        time.sleep(0.5)
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+
+
+def node_selectors(kubectl, ns: str, name: str) -> list[dict]:
+    return [p["spec"].get("nodeSelector") or {} for p in live(pods(kubectl, ns, name, "worker"))]
+
+
+def test_a_template_key_removed_while_suspended_is_gone_from_the_pods(kubectl, operator, namespace, backend):
+    """Kueue re-admits on another flavor: the worker template's nodeSelector key is replaced."""
+    job = mpijob("pi", workers=2, launcher_runs=None)
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"type": "kwok"}
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    assert node_selectors(kubectl, namespace, "pi") == [{"type": "kwok"}] * 2
+    suspend(kubectl, namespace, "pi", True)
+    wait_until(lambda: not live(pods(kubectl, namespace, "pi", "worker")), 60, what="workers stopped")
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=json", "-p", json.dumps([
+        {"op": "replace", "path": "/spec/mpiReplicaSpecs/Worker/template/spec/nodeSelector",
+         "value": {"kubernetes.io/os": "linux"}},
+        {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False}]))
+    wait_until(lambda: len(ready_workers(kubectl, namespace, "pi")) == 2, 60, what="workers back")
+    assert node_selectors(kubectl, namespace, "pi") == [{"kubernetes.io/os": "linux"}] * 2
+    w = get(kubectl, namespace, WORKER_KIND[backend], "pi-worker")
+    assert w["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+
+def test_resume_with_wait_for_workers_ready_waits_for_them_again(kubectl, operator, namespace, backend):
+    """Upstream #615: on resume the launcher must wait for Ready workers, as on the first start. The
+    resumed workers cannot be placed here (a nodeSelector no node has), so none is ever Ready."""
+    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs=None, policy="WaitForWorkersReady"))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    suspend(kubectl, namespace, "pi", True)
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi")), 60, what="every pod stopped")
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=json", "-p", json.dumps([
+        {"op": "add", "path": "/spec/mpiReplicaSpecs/Worker/template/spec/nodeSelector",
+         "value": {"mpijob-operator.dev/no-such-node": "x"}},
+        {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False}]))
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60, status="False")
+    wait_until(lambda: len(live(pods(kubectl, namespace, "pi", "worker"))) == 2, 60, what="workers Pending")
+    for _ in range(10):  # the workers stay Pending: the launcher Job stays suspended, no launcher pod
+        assert not live(pods(kubectl, namespace, "pi", "launcher"))
+        assert get(kubectl, namespace, "job", "pi-launcher")["spec"]["suspend"] is True
+        time.sleep(0.5)
