@@ -67,14 +67,14 @@ kind-up: ## a kind cluster for users with Docker (kubeconfig at .cluster/kubecon
 kind-down:
 	hack/kind.sh down
 
-image: ## the operator image (Docker)
-	docker build -t $(IMAGE) .
+image: $(PY) ## the operator image: docker build where Docker runs, else built without it and imported into the real node
+	PIP_PYTHON=$(PY) IMAGE=$(IMAGE) hack/image.sh
 
-deploy: ## CRD, RBAC and the operator Deployment on the cluster of $$KUBECONFIG (kustomize)
-	kubectl apply -k manifests/
+deploy: $(PY) ## CRD, RBAC and the operator Deployment (kustomize); on the local cluster: manifests/local, on the real node
+	PIP_PYTHON=$(PY) hack/deploy.sh deploy
 
-undeploy:
-	kubectl delete -k manifests/ --ignore-not-found
+undeploy: ## the Deployment and RBAC (the CRD stays: deleting it deletes every MPIJob)
+	hack/deploy.sh undeploy
 
 clean: cluster-down
 	rm -rf $(VENV) bench/results .pytest_cache .ruff_cache

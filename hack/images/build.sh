@@ -6,7 +6,8 @@
 #   hack/images/build.sh pause     localhost/pause:local      the pod sandbox image (static C)
 #   hack/images/build.sh mpi-pi    localhost/mpi-pi:<hash>    Debian bookworm + Open MPI + sshd
 #                                  localhost/mpi-pi:latest    + /opt/pi (mpi-pi/pi.c)
-#   hack/images/build.sh all
+#   hack/images/build.sh operator  localhost/mpijob-operator:{<hash>,dev}  the operator (no Docker)
+#   hack/images/build.sh all       (pause and mpi-pi: what the real node needs)
 # The last stdout line of each build is "<name> <tarball> <reference>...". A second run with the
 # same inputs is a cache hit (no work). Needs root (debootstrap, chroot), debootstrap, gcc, and
 # Debian's mirror (DEBIAN_MIRROR, default: the one in /etc/apt/sources.list*).
@@ -145,10 +146,67 @@ build_mpi_pi() {
   echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
 }
 
+# The operator's own image (the Dockerfile's result, without Docker): a Debian base with Python
+# (cached layer), and /opt/venv with the project and its dependencies installed from wheels that
+# pip builds on the host (the same Python minor release: 3.11 on bookworm). Runs as 65532, with
+# nothing written outside /tmp (the Deployment mounts an emptyDir there; the root is read-only).
+OPERATOR_PACKAGES="python3 python3-venv ca-certificates"
+build_operator() {
+  local t0=$SECONDS hb ht base out w src
+  src=$(cd "$here/../.." && pwd)
+  hb=$(hash_of "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$OPERATOR_PACKAGES" v1)
+  base=$CACHE/operator-base-$hb.layer.tar
+  # The project's inputs: its metadata and every module that goes into the wheel.
+  ht=$(hash_of "$hb" "$here/oci_pack.py" "$src/pyproject.toml" \
+    $(cd "$src" && find controller informers reconcilers -name '*.py' | sort | sed "s#^#$src/#") v1)
+  out=$CACHE/operator-$ht.oci.tar
+  if [ -s "$out" ]; then
+    echo "operator $out localhost/mpijob-operator:$ht localhost/mpijob-operator:dev"
+    return 0
+  fi
+  w=$(mktemp -d "$CACHE/tmp.operator.XXXXXX")
+  cleanup_dirs+=("$w")
+  if [ ! -s "$base" ]; then
+    command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+    log "operator: debootstrap $SUITE (minbase) + $OPERATOR_PACKAGES"
+    in_private_ns debootstrap --variant=minbase --include="${OPERATOR_PACKAGES// /,}" "$SUITE" "$w/rootfs" \
+      "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 || { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
+    rm -rf "$w/rootfs/var/cache/apt/archives/"*.deb "$w/rootfs/var/lib/apt/lists/"* \
+      "$w/rootfs/var/cache/debconf/"*-old "$w/rootfs/var/lib/dpkg/"*-old
+    : >"$w/rootfs/etc/resolv.conf"
+    tar_layer "$w/rootfs" "$base"
+    log "operator: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
+    rm -rf "$w/rootfs"
+  fi
+  log "operator: wheels of the project and its dependencies"
+  "${PIP_PYTHON:-$PY}" -m pip wheel -q --wheel-dir "$w/wheels" "$src" >"$w/wheel.log" 2>&1 ||
+    { tail -n 30 "$w/wheel.log" >&2; die "building the wheels failed"; }
+  mkdir -p "$w/rootfs"
+  tar --numeric-owner -C "$w/rootfs" -xf "$base"
+  mkdir -p "$w/rootfs/wheels" && cp "$w/wheels/"*.whl "$w/rootfs/wheels/"
+  in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+      sh -ec "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index --find-links=/wheels \
+        --no-compile mpijob-operator && python3 -m compileall -q /opt/venv"' sh "$w/rootfs" >"$w/venv.log" 2>&1 ||
+    { tail -n 30 "$w/venv.log" >&2; die "installing the operator in the image failed"; }
+  mkdir -p "$w/top/opt"
+  mv "$w/rootfs/opt/venv" "$w/top/opt/venv"
+  find "$w/top" -exec touch -h -d @0 {} +
+  tar_layer "$w/top" "$w/top.tar" ./opt
+  "$PY" "$here/oci_pack.py" --out "$out" --name "localhost/mpijob-operator:$ht" --name localhost/mpijob-operator:dev \
+    --layer "$base" --layer "$w/top.tar" \
+    --config '{"Entrypoint":["/opt/venv/bin/mpijob-operator"],"User":"65532:65532","WorkingDir":"/tmp","Env":["PATH=/opt/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin","PYTHONDONTWRITEBYTECODE=1","PYTHONUNBUFFERED=1","HOME=/tmp","LANG=C.UTF-8"],"ExposedPorts":{"8080/tcp":{},"8081/tcp":{}}}' 2>/dev/null
+  log "operator: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
+  rm -rf "$w"
+  find "$CACHE" -maxdepth 1 \( -name 'operator-*.oci.tar' ! -name "$(basename "$out")" -o \
+    -name 'operator-base-*.layer.tar' ! -name "$(basename "$base")" \) -delete
+  echo "operator $out localhost/mpijob-operator:$ht localhost/mpijob-operator:dev"
+}
+
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
 case ${1:-all} in
   pause) build_pause ;;
   mpi-pi) build_mpi_pi ;;
+  operator) build_operator ;;
   all) build_pause; build_mpi_pi ;;
-  *) die "usage: $0 pause|mpi-pi|all" ;;
+  *) die "usage: $0 pause|mpi-pi|operator|all" ;;
 esac

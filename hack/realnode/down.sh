@@ -71,6 +71,8 @@ fi
 [ "$SOCK" = "$RN/containerd.sock" ] || rm -rf "$(dirname "$SOCK")"
 
 # 6. The bridge and the kubelet's log symlinks that point into our state.
+# shellcheck disable=SC2046
+while iptables -t nat -D PREROUTING $(kubernetes_service_rule) 2>/dev/null; do :; done
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link del "$BRIDGE" && rlog "removed bridge $BRIDGE"
 fi

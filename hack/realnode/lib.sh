@@ -9,6 +9,11 @@ POD_SUBNET=${REALNODE_POD_SUBNET:-10.244.0.0/24}
 # The bridge's own address: the pods' on-link DNS server (CoreDNS), the node's InternalIP and
 # the kubelet's listen address. Pods get no default route: nothing leaves the bridge.
 GATEWAY=${REALNODE_GATEWAY:-${POD_SUBNET%.*}.1}
+# The `kubernetes` Service (the first address of kube-apiserver's service range) and where it
+# really listens: with no kube-proxy, up.sh plays kube-proxy for this one Service only (a DNAT
+# from the bridge to the API server on the host's loopback), so pods use in-cluster config.
+KUBERNETES_SERVICE_IP=${REALNODE_KUBERNETES_SERVICE_IP:-10.96.0.1}
+APISERVER_LOCAL=127.0.0.1:${APISERVER_PORT:-6443}
 KUBELET_PORT=${REALNODE_KUBELET_PORT:-10250}
 KUBELET_HEALTHZ_PORT=${REALNODE_KUBELET_HEALTHZ_PORT:-10248}
 COREDNS_READY=127.0.0.1:${REALNODE_COREDNS_READY_PORT:-18181}
@@ -71,4 +76,9 @@ umount_under() {  # umount_under <dir>: every mount under it; returns 1 if some 
     sleep 0.5
   done
   return 1
+}
+
+# The DNAT rule of the `kubernetes` Service (iptables arguments after the chain).
+kubernetes_service_rule() {
+  echo "-i $BRIDGE -d $KUBERNETES_SERVICE_IP/32 -p tcp --dport 443 -j DNAT --to-destination $APISERVER_LOCAL"
 }

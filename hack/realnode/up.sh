@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Adds one REAL node to the local cluster (hack/cluster-up.sh must be up):
 #   containerd (Debian's, own config/state/socket under $CLUSTER_DIR/realnode) + runc,
-#   a CNI bridge ($BRIDGE, $POD_SUBNET, no default route and no NAT: pods reach each other and
-#   the bridge address only), CoreDNS on the host at $GATEWAY:53 serving cluster.local from the
+#   a CNI bridge ($BRIDGE, $POD_SUBNET, no default route and no NAT: pods reach each other, the
+#   bridge address and the `kubernetes` Service, DNATed to the API server on the host's loopback), CoreDNS on the host at $GATEWAY:53 serving cluster.local from the
 #   API server (nothing is forwarded), the kubelet of the pinned release registering node
 #   "realnode" (label mpijob-operator.dev/real-node=true, taint ...=true:NoSchedule), and the
 #   locally built images localhost/pause:local and localhost/mpi-pi:{<hash>,latest}.
@@ -30,6 +30,7 @@ missing_packages() {
   command -v runc >/dev/null || out+=(runc)
   for p in bridge host-local loopback; do [ -x "$CNI_BIN/$p" ] || { out+=(containernetworking-plugins); break; }; done
   command -v debootstrap >/dev/null || out+=(debootstrap)
+  command -v iptables >/dev/null || out+=(iptables)
   echo "${out[*]}"
 }
 
@@ -163,6 +164,13 @@ ip addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/" || ip addr add "$GATEWAY/$
 ip link set "$BRIDGE" up
 # Nothing from the pods is routed anywhere: no forwarding on this bridge.
 echo 0 >"/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null || true
+# The `kubernetes` Service, as kube-proxy would give it: pods route that one address to the
+# bridge (the CNI route below), where it is DNATed to the API server on the host's loopback
+# (route_localnet lets a packet from the bridge reach 127.0.0.1; nothing is forwarded).
+echo 1 >"/proc/sys/net/ipv4/conf/$BRIDGE/route_localnet"
+# shellcheck disable=SC2046
+iptables -t nat -C PREROUTING $(kubernetes_service_rule) 2>/dev/null ||
+  iptables -t nat -A PREROUTING $(kubernetes_service_rule)
 cat >"$RN/cni/net.d/10-realnode.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -177,6 +185,7 @@ cat >"$RN/cni/net.d/10-realnode.conflist" <<EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$GATEWAY"}]],
+        "routes": [{"dst": "$KUBERNETES_SERVICE_IP/32", "gw": "$GATEWAY"}],
         "dataDir": "$RN/cni/ipam"
       }
     }

@@ -109,7 +109,7 @@ def test_a_foreign_object_under_our_name_is_refused(client, mpijob, namespace, o
     elif owners == "not-controller":
         foreign["metadata"]["ownerReferences"] = [owner(mpijob, controller=False)]
     client.request("POST", CONFIGMAPS.path(namespace), body=foreign)
-    with pytest.raises(ForeignObject, match="is not controlled by MPIJob .*/pi; delete or rename"):
+    with pytest.raises(ForeignObject, match=r"is not controlled by MPIJob .*/pi; delete or rename"):
         executor(client).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))]))
     assert get_cm(client, namespace, "pi-config")["data"] == {"k": "v"}
 
