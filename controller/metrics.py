@@ -16,3 +16,9 @@ reconcile_duration = Histogram(
 )
 reconcile_errors = Counter("mpi_operator_reconcile_errors", "Reconciles that ended in an error", ["reason"])
 api_writes = Counter("mpi_operator_api_writes", "Writes the executor sent", ["verb", "kind"])
+# For the alert "an MPIJob stuck without progress" (manifests/monitoring/prometheusrule.yaml): one
+# series per active MPIJob (not finished, not suspended) that is not Running, with the time since
+# which it has not been; removed once it runs, ends, is suspended or deleted.
+job_not_running_since = Gauge("mpi_operator_job_not_running_since_timestamp_seconds",
+                              "Since when an active MPIJob has not been Running (unix time)",
+                              ["namespace", "mpijob"])

@@ -26,6 +26,7 @@ from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names
+from reconcilers import status as rst
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed
 
@@ -125,6 +126,8 @@ class MPIJobController:
         self._taken.pop(key, None)
         with contextlib.suppress(KeyError):
             metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
+        with contextlib.suppress(KeyError):
+            metrics.job_not_running_since.remove(*split_key(key))
         self.queue.add(key)
 
     def _enqueue_owner(self, obj: dict) -> None:
@@ -219,6 +222,19 @@ class MPIJobController:
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
+        self._record_progress(key, mpijob, plan.status)
+
+    @staticmethod
+    def _record_progress(key: str, mpijob: dict, new_status: dict | None) -> None:
+        ns, name = split_key(key)
+        status = new_status if new_status is not None else (mpijob.get("status") or {})
+        suspended = bool(((mpijob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+        since = rst.not_running_since(status, suspended)
+        if since is None:
+            with contextlib.suppress(KeyError):
+                metrics.job_not_running_since.remove(ns, name)
+        else:
+            metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
     def _still_taken(self, key: str) -> str | None:
         """The message of a name found taken by a foreign object, while that object exists."""

@@ -162,3 +162,12 @@ def replica_statuses(launcher: Obj | None, workers: Obj | None, launcher_pods: l
         active = wst.get("readyReplicas") if (workers or {}).get("kind") == "StatefulSet" else wst.get("ready")
         wrk = {"active": int(active or 0), "succeeded": 0, "failed": 0}
     return {"Launcher": lau, "Worker": wrk}
+
+
+def not_running_since(status: Any, suspended: bool) -> datetime | None:
+    """For an active MPIJob that is not Running: since when (the last transition of its conditions,
+    i.e. when it was created or last stopped running). None when it runs, ended or is suspended."""
+    if suspended or is_finished(status) or is_true(status, RUNNING):
+        return None
+    times = [t for t in (parse_time(c.get("lastTransitionTime")) for c in conditions_of(status)) if t]
+    return max(times) if times else None

@@ -235,3 +235,20 @@ def test_a_name_the_last_apply_found_taken_is_reported_until_it_is_free():
     job["status"] = p.status
     p = plan(Inputs(job, Observed(), Config(), NOW, KeyGen()))
     assert cond(p.status, st.FAILED) is None and len(p.creates) == 5
+
+
+@pytest.mark.parametrize("conds,suspended,expect", [
+    ([], False, None),
+    ([{"type": "Created", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"}], False,
+     "2025-01-01T12:00:00+00:00"),
+    ([{"type": "Created", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"},
+      {"type": "Running", "status": "True", "lastTransitionTime": "2025-01-01T12:01:00Z"}], False, None),
+    ([{"type": "Created", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"},
+      {"type": "Restarting", "status": "True", "lastTransitionTime": "2025-01-01T12:05:00Z"}], False,
+     "2025-01-01T12:05:00+00:00"),
+    ([{"type": "Created", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"}], True, None),
+    ([{"type": "Succeeded", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"}], False, None),
+])
+def test_not_running_since_for_the_stuck_job_alert(conds, suspended, expect):
+    got = st.not_running_since({"conditions": conds}, suspended)
+    assert (got.isoformat() if got else None) == expect

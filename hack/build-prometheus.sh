@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The monitoring stack the tests scrape the deployed operator with, cached like the control plane:
+#   prometheus-operator  built from its Go module (PROMETHEUS_OPERATOR_VERSION, hack/tools/prometheus-operator);
+#   prometheus, promtool from Debian's package (PROMETHEUS_DEBIAN_VERSION), unpacked with dpkg -x
+#                        (installing it would start a service).
+# Prints the cache's bin directory on its last line. A second run is a cache hit.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/versions.sh"
+cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
+dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-$PROMETHEUS_DEBIAN_VERSION
+bin=$dir/bin
+log() { echo "[prometheus] $*" >&2; }
+mkdir -p "$bin"
+export PATH="/usr/local/go/bin:$PATH" GOFLAGS=${GOFLAGS:--mod=mod}
+if [ ! -x "$bin/prometheus-operator" ]; then
+  t0=$SECONDS
+  log "building prometheus-operator v$PROMETHEUS_OPERATOR_VERSION from its Go module (cold: minutes)"
+  (cd "$here/tools/prometheus-operator" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$bin/prometheus-operator.tmp" github.com/prometheus-operator/prometheus-operator/cmd/operator)
+  mv "$bin/prometheus-operator.tmp" "$bin/prometheus-operator"
+  log "prometheus-operator built in $((SECONDS - t0))s"
+fi
+if [ ! -x "$bin/prometheus" ]; then
+  t0=$SECONDS
+  w=$(mktemp -d)
+  trap 'rm -rf "$w"' EXIT
+  (cd "$w" && apt-get download -q "prometheus=$PROMETHEUS_DEBIAN_VERSION" >/dev/null 2>&1) ||
+    { apt-get update -qq && (cd "$w" && apt-get download -q "prometheus=$PROMETHEUS_DEBIAN_VERSION" >/dev/null); }
+  dpkg -x "$w"/prometheus_*.deb "$w/x"
+  cp "$w/x/usr/bin/prometheus" "$w/x/usr/bin/promtool" "$bin/"
+  log "prometheus $PROMETHEUS_DEBIAN_VERSION unpacked from Debian's package in $((SECONDS - t0))s"
+fi
+# The CRDs the Prometheus Operator serves, from its module (applied by the tests, never copied here).
+crds=$(cd "$here/tools/prometheus-operator" && go mod download -json "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION" |
+  sed -n 's/.*"Dir": "\(.*\)",/\1/p')/example/prometheus-operator-crd
+[ -d "$crds" ] || { log "ERROR: no CRDs at $crds"; exit 1; }
+echo "crds $crds"
+echo "$bin"
