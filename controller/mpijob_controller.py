@@ -21,7 +21,17 @@ from controller.executor import Executor, ForeignObject, NotLeader
 from controller.expectations import Expectations
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
-from informers.resources import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, STATEFULSETS
+from informers.resources import (
+    CONFIGMAPS,
+    JOBS,
+    MPIJOBS,
+    PODGROUPS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    STATEFULSETS,
+    VOLCANO_PODGROUPS,
+)
 from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
@@ -63,6 +73,7 @@ class MPIJobController:
             worker_backend=opts.worker_backend,  # type: ignore[arg-type]
             cluster_domain=opts.cluster_domain,
             controller_name=opts.controller_name,
+            gang_scheduler=opts.gang_scheduling,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
@@ -95,6 +106,13 @@ class MPIJobController:
         }
         if self.statefulsets is not None:
             self.stores[STATEFULSETS.plural] = self.statefulsets.store
+        # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
+        self.pod_groups = None
+        if opts.gang_scheduling:
+            pg_resource = VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS
+            self.pod_groups = factory.informer_for(pg_resource, label_selector=OPERATOR_SELECTOR,
+                                                   transform=strip_managed_fields)
+            self.stores[pg_resource.plural] = self.pod_groups.store
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
@@ -112,7 +130,7 @@ class MPIJobController:
 
     def _children(self) -> list:
         infs = [self.jobs, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + ([self.statefulsets] if self.statefulsets else [])
+        return infs + [i for i in (self.statefulsets, self.pod_groups) if i is not None]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict) -> None:
@@ -235,4 +253,5 @@ class MPIJobController:
             launcher=get("jobs", names.launcher_name(mpijob)),
             workers=get(workers_store, names.worker_name(mpijob)),
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
+            pod_group=get("podgroups", meta["name"]),
         )

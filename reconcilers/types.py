@@ -26,6 +26,9 @@ class Config:
     cluster_domain: str = ""
     # The value of runPolicy.managedBy that this operator acts on (unset also means us).
     controller_name: str = "kubeflow.org/mpi-operator"
+    # --gang-scheduling: "" (off), "volcano", or the schedulerName of a scheduler-plugins
+    # Coscheduling scheduler (reconcilers/podgroup.py).
+    gang_scheduler: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Observed:
     launcher: Obj | None = None  # batch/v1 Job `<name>-launcher`
     workers: Obj | None = None  # apps/v1 StatefulSet or batch/v1 Job `<name>-worker`
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
+    pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
 
 
 @dataclass(frozen=True)
