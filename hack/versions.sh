@@ -2,3 +2,8 @@
 K8S_VERSION=1.37.2
 ETCD_VERSION=3.7.0
 KWOK_VERSION=0.8.0
+# sigs.k8s.io/scheduler-plugins (Coscheduling + PodGroup controller) for the gang-scheduling e2e test.
+# The newest release; it is built against k8s 1.34 libraries and only talks to the 1.37 API server.
+SCHEDULER_PLUGINS_VERSION=0.34.7
+# volcano.sh/volcano: only its PodGroup CRD is used (the operator's Volcano PodGroups must be accepted).
+VOLCANO_VERSION=1.13.0
