@@ -9,7 +9,8 @@ named after it, controlled by it, and every pod template names that scheduler an
 | any other name | `scheduling.x-k8s.io/v1alpha1` (scheduler-plugins) | label `scheduling.x-k8s.io/pod-group` |
 
 The spec follows the Kubeflow MPI Operator's (README, "Gang scheduling"):
-- `minMember`: `runPolicy.schedulingPolicy.minAvailable`, else workers + 1 (the launcher);
+- `minMember`: `runPolicy.schedulingPolicy.minAvailable`, else workers + 1 (the launcher); with
+  `launcherCreationPolicy: WaitForWorkersReady` the workers alone (see `_launcher_in_gang`);
 - `minResources`: `schedulingPolicy.minResources`, else the requests (a limit where a container sets
   no request) summed over the launcher and `minMember - 1` workers, the pods that must start together;
 - scheduler-plugins: `scheduleTimeoutSeconds` (`schedulingPolicy.scheduleTimeoutSeconds`, else 0);
@@ -49,7 +50,9 @@ WAITING_CONDITION = "WaitingForGang"
 R_WAITING = "WaitingForGang"
 R_GANG_SCHEDULED = "GangScheduled"
 # PodGroup phases in which its pods wait to be placed together (both APIs' names).
-WAITING_PHASES = ("Pending", "PreScheduling", "Scheduling", "Inqueue")
+# scheduler-plugins: Pending (not all placed), Scheduling (placed, not yet running); Volcano: Pending,
+# Inqueue (admitted to its queue, not yet placed).
+WAITING_PHASES = ("Pending", "Scheduling", "Inqueue")
 
 
 def enabled(config: Config) -> bool:
@@ -80,11 +83,17 @@ def _replicas(mpijob: Obj, rtype: str, default: int) -> int:
     return default if value is None else int(value)
 
 
+def _launcher_in_gang(mpijob: Obj) -> bool:
+    """With WaitForWorkersReady the launcher is created only once the workers run: counting it in
+    the gang would hold the workers back for a pod that never comes (a deadlock by construction)."""
+    return (mpijob.get("spec") or {}).get("launcherCreationPolicy") != "WaitForWorkersReady"
+
+
 def min_member(mpijob: Obj) -> int:
     value = _policy(mpijob).get("minAvailable")
     if value is not None:
         return int(value)
-    return _replicas(mpijob, WORKER, 0) + 1
+    return _replicas(mpijob, WORKER, 0) + int(_launcher_in_gang(mpijob))
 
 
 # -- quantities -----------------------------------------------------------------------------------
@@ -134,10 +143,10 @@ def min_resources(mpijob: Obj, members: int) -> Obj | None:
         return dict(given)
     if members == 0:
         return None
-    launchers = _replicas(mpijob, LAUNCHER, 1)
+    launchers = _replicas(mpijob, LAUNCHER, 1) if _launcher_in_gang(mpijob) else 0
     workers = _replicas(mpijob, WORKER, 0)
     if launchers + workers > members:
-        workers = max(members - 1, 0)
+        workers = max(members - launchers, 0)
     total: dict[str, Decimal] = {}
     for rtype, count in ((LAUNCHER, launchers), (WORKER, workers)):
         for name, q in _container_resources(_pod_spec(mpijob, rtype)).items():

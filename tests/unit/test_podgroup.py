@@ -46,11 +46,20 @@ def test_format_quantity(value, text):
     assert pg.format_quantity(value) == text
 
 
-@pytest.mark.parametrize("workers,policy,want", [
-    (2, {}, 3), (0, {}, 1), (8, {"minAvailable": 5}, 5), (8, {"minAvailable": 0}, 0),
+@pytest.mark.parametrize("workers,policy,creation,want", [
+    (2, {}, None, 3), (0, {}, None, 1), (8, {"minAvailable": 5}, None, 5), (8, {"minAvailable": 0}, None, 0),
+    (2, {}, "AtStartup", 3), (2, {}, "WaitForWorkersReady", 2),
+    (2, {"minAvailable": 3}, "WaitForWorkersReady", 3),
 ])
-def test_min_member(workers, policy, want):
-    assert pg.min_member(mpijob(workers=workers, run_policy={"schedulingPolicy": policy})) == want
+def test_min_member(workers, policy, creation, want):
+    spec = {"launcherCreationPolicy": creation} if creation else {}
+    assert pg.min_member(mpijob(workers=workers, spec=spec, run_policy={"schedulingPolicy": policy})) == want
+
+
+def test_min_resources_without_the_launcher_when_it_waits_for_the_workers():
+    job = with_resources(mpijob(workers=2, spec={"launcherCreationPolicy": "WaitForWorkersReady"}),
+                         {"requests": {"cpu": "1"}}, {"requests": {"cpu": "2"}})
+    assert pg.min_resources(job, pg.min_member(job)) == {"cpu": "4"}
 
 
 @pytest.mark.parametrize("launcher,worker,policy,want", [
@@ -193,6 +202,7 @@ def test_a_foreign_pod_group_is_a_clash(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("gang,phases", [(SCHED, ("Pending", "Scheduling")), (pg.VOLCANO, ("Pending", "Inqueue"))])
 def test_the_gang_wait_is_shown_then_cleared(backend, gang, phases):
+    """Each waiting phase is a status write (its message names the phase); nothing else is."""
     job, obs, _ = converge(mpijob(), backend=backend, gang_scheduler=gang)
     obs = replace(obs, pod_group={**obs.pod_group, "status": {"phase": phases[0]}})
     p = run(job, obs, backend, gang_scheduler=gang)
