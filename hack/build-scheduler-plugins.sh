@@ -2,19 +2,13 @@
 # Builds the scheduler-plugins scheduler (kube-scheduler with Coscheduling) and its controller
 # (which keeps PodGroup status.phase) from the pinned Go module (hack/tools/scheduler-plugins),
 # into a cache outside the work tree keyed by version, as build-k8s.sh does for the control plane.
-#   build-scheduler-plugins.sh              builds; prints the bin directory on the last line
-#   build-scheduler-plugins.sh --crd-dir    prints the module directory holding its CRD manifests
+# Prints the bin directory on the last line of stdout. The PodGroup CRD: hack/podgroup-crds.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 log() { echo "[build-scheduler-plugins] $*" >&2; }
 export GOFLAGS=${GOFLAGS:--mod=mod}
 tools="$here/tools/scheduler-plugins"
-
-if [ "${1:-}" = --crd-dir ]; then
-  (cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)
-  exit 0
-fi
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 bin="$cache/scheduler-plugins-v${SCHEDULER_PLUGINS_VERSION}/bin"

@@ -6,4 +6,4 @@ KWOK_VERSION=0.8.0
 # The newest release; it is built against k8s 1.34 libraries and only talks to the 1.37 API server.
 SCHEDULER_PLUGINS_VERSION=0.34.7
 # volcano.sh/volcano: only its PodGroup CRD is used (the operator's Volcano PodGroups must be accepted).
-VOLCANO_VERSION=1.13.0
+VOLCANO_VERSION=1.15.1
