@@ -366,7 +366,10 @@ class _Planner:
         have = self.obs.pod_group if self.owned(self.obs.pod_group) else None
         msg = None if running or not pg.enabled(self.config) else pg.waiting_message(have, self.key)
         if msg is not None:
-            if self.cond(pg.WAITING_CONDITION, "True", pg.R_WAITING, msg):
+            # Set when the wait begins only: the phase flips between Pending and Scheduling while pods
+            # wait at the scheduler's Permit, and each new message would be one more status write.
+            if not st.is_true(self.status, pg.WAITING_CONDITION):
+                self.cond(pg.WAITING_CONDITION, "True", pg.R_WAITING, msg)
                 self.event("Normal", pg.R_WAITING, msg)
         elif st.get_condition(self.status, pg.WAITING_CONDITION) is not None:
             st.remove_condition(self.status, pg.WAITING_CONDITION)
