@@ -132,7 +132,11 @@ def _container_resources(pod_spec: Obj) -> dict[str, Decimal]:
         res = (c or {}).get("resources") or {}
         merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
         for name, value in merged.items():
-            total[name] = total.get(name, Decimal(0)) + parse_quantity(value)
+            try:
+                q = parse_quantity(value)
+            except ValueError:
+                continue  # the API server refuses the pod with this field named; no crash loop here
+            total[name] = total.get(name, Decimal(0)) + q
     return total
 
 

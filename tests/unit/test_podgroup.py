@@ -75,6 +75,8 @@ def test_min_resources_without_the_launcher_when_it_waits_for_the_workers():
     # given: taken as is
     ({"requests": {"cpu": "1"}}, None, {"minResources": {"cpu": "7", "nvidia.com/gpu": 4}},
      {"cpu": "7", "nvidia.com/gpu": 4}),
+    # a malformed quantity is left out (the API server names it when the pods are created)
+    ({"requests": {"cpu": "lots", "memory": "1Gi"}}, None, {}, {"memory": "1Gi"}),
     # minAvailable 0: no minResources
     ({"requests": {"cpu": "1"}}, None, {"minAvailable": 0}, None),
 ])
