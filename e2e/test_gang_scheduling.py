@@ -214,3 +214,7 @@ def test_volcano_podgroups_are_accepted_by_volcanos_crd(kubectl, crds, namespace
             json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
     again = wait_until(lambda: get(kubectl, namespace, kind, "q"), 60, what="PodGroup q made again on resume")
     assert again["metadata"]["uid"] != q["metadata"]["uid"]
+
+    # Deleting the MPIJob: the garbage collector removes its PodGroup (controller ownerReference).
+    kubectl("-n", namespace, "delete", MPIJOBS, "plain", "--wait=false")
+    wait_until(lambda: get(kubectl, namespace, kind, "plain") is None, 60, what="PodGroup plain collected")
