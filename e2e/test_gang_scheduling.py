@@ -7,6 +7,7 @@ launcher and 3 workers) at a time, not two. MPIJob A runs; B is submitted while 
 - without it (the default scheduler), B gets 2 of its 4 pods bound while A runs: the partial
   placement that, with two such jobs placed at once, leaves each holding half a gang forever.
 Each run prints the time from A's end to all of B's pods bound, and the operator's API writes.
+Submitted together, with gang scheduling one of the two runs whole while the other has no pod bound.
 
 Volcano: the PodGroups the operator makes are accepted by Volcano's own CRD (no Volcano scheduler).
 """
@@ -218,3 +219,34 @@ def test_volcano_podgroups_are_accepted_by_volcanos_crd(kubectl, crds, namespace
     # Deleting the MPIJob: the garbage collector removes its PodGroup (controller ownerReference).
     kubectl("-n", namespace, "delete", MPIJOBS, "plain", "--wait=false")
     wait_until(lambda: get(kubectl, namespace, kind, "plain") is None, 60, what="PodGroup plain collected")
+
+
+# -- two MPIJobs submitted at once: the case that deadlocks without gang scheduling -----------------
+# (Without it the split depends on the order the default scheduler takes the 8 pods in: 4/2 here,
+# 3/3 is the deadlock. With it, whichever gang goes first goes whole and the other waits at 0.)
+
+
+def submit_both(kubectl, ns: str, placement: dict, launcher_runs: str | None) -> None:
+    for name in ("a", "b"):
+        apply(kubectl, ns, gang_job(name, placement, launcher_runs))
+
+
+def test_submitted_together_with_gang_scheduling_one_runs_whole_then_the_other(
+        kubectl, scheduler, pool, namespace, backend, start_operator):
+    _, placement = pool
+    grant_gang_rbac(kubectl, "scheduler-plugins", namespace)
+    start_operator(backend, namespace, f"--gang-scheduling={SCHEDULER_NAME}")
+    submit_both(kubectl, namespace, placement, "8s")
+    members = WORKERS + 1
+    first = wait_until(lambda: next((n for n in ("a", "b") if bound(kubectl, namespace, n)[0] == members), None),
+                       90, 0.2, what="one MPIJob with all its pods bound")
+    other = "b" if first == "a" else "a"
+    while not succeeded(kubectl, namespace, first):
+        assert bound(kubectl, namespace, other)[0] == 0, f"{other} got a pod bound while {first} ran"
+        time.sleep(0.2)
+    other_bound: set[str] = set()
+    wait_until(lambda: ever_bound(kubectl, namespace, other, other_bound) >= members, 120, 0.2,
+               what=f"all of {other}'s pods bound after {first} ended")
+    wait_condition(kubectl, namespace, other, "Succeeded", timeout=120)
+    scheduler.check_alive()
+
