@@ -30,6 +30,7 @@ class Options:
     log_level: str = "info"
     queue_qps: float = 10.0
     queue_burst: int = 100
+    gang_scheduling: str = ""
 
 
 def _positive_int(text: str) -> int:
@@ -80,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--queue-qps", type=float, default=10.0, help="overall retry rate of the work queue")
     p.add_argument("--queue-burst", type=_positive_int, default=100)
+    p.add_argument("--gang-scheduling", default="",
+                   help="gang-schedule each MPIJob through a PodGroup: 'volcano', or the schedulerName of a "
+                   "scheduler-plugins Coscheduling scheduler (default: off)")
     return p
 
 

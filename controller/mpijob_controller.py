@@ -21,7 +21,17 @@ from controller.executor import Executor, ForeignObject, NotLeader, PredecessorC
 from controller.expectations import Expectations
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
-from informers.resources import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, STATEFULSETS
+from informers.resources import (
+    CONFIGMAPS,
+    JOBS,
+    MPIJOBS,
+    PODGROUPS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    STATEFULSETS,
+    VOLCANO_PODGROUPS,
+)
 from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
@@ -65,6 +75,7 @@ class MPIJobController:
             worker_backend=opts.worker_backend,  # type: ignore[arg-type]
             cluster_domain=opts.cluster_domain,
             controller_name=opts.controller_name,
+            gang_scheduler=opts.gang_scheduling,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
@@ -97,6 +108,13 @@ class MPIJobController:
             PODS.plural: self.pods.store,
             STATEFULSETS.plural: self.statefulsets.store,
         }
+        # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
+        self.pod_groups = None
+        if opts.gang_scheduling:
+            pg_resource = VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS
+            self.pod_groups = factory.informer_for(pg_resource, label_selector=OPERATOR_SELECTOR,
+                                                   transform=strip_managed_fields)
+            self.stores[pg_resource.plural] = self.pod_groups.store
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
@@ -113,7 +131,8 @@ class MPIJobController:
         self._threads: list[threading.Thread] = []
 
     def _children(self) -> list:
-        return [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
+        infs = [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
+        return infs + ([self.pod_groups] if self.pod_groups is not None else [])
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict) -> None:
@@ -272,4 +291,5 @@ class MPIJobController:
             workers=job_workers or sts_workers,
             other_workers=sts_workers if job_workers else None,
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
+            pod_group=get("podgroups", meta["name"]),
         )

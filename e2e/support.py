@@ -19,6 +19,8 @@ from operator_process import OperatorProcess  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
+# Fully qualified: on a shared cluster another CRD may also answer to the short name "mpijob".
+MPIJOBS = "mpijobs.kubeflow.org"
 JOB_NAME = "training.kubeflow.org/job-name"
 ROLE = "training.kubeflow.org/job-role"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
@@ -104,7 +106,7 @@ def items(kubectl: Callable, ns: str, kind: str, selector: str = "") -> list[dic
 
 
 def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, dict]:
-    job = get(kubectl, ns, "mpijob", name) or {}
+    job = get(kubectl, ns, MPIJOBS, name) or {}
     return {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
 
 

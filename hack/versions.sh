@@ -5,3 +5,8 @@ KWOK_VERSION=0.8.0
 PROMETHEUS_OPERATOR_VERSION=0.85.0
 # Debian bookworm's prometheus package (the server and promtool), unpacked, not installed.
 PROMETHEUS_DEBIAN_VERSION=2.42.0+ds-5+deb12u1
+# sigs.k8s.io/scheduler-plugins (Coscheduling + PodGroup controller) for the gang-scheduling e2e test.
+# The newest release; it is built against k8s 1.34 libraries and only talks to the 1.37 API server.
+SCHEDULER_PLUGINS_VERSION=0.34.7
+# volcano.sh/volcano: only its PodGroup CRD is used (the operator's Volcano PodGroups must be accepted).
+VOLCANO_VERSION=1.15.1

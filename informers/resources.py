@@ -46,9 +46,12 @@ JOBS = Resource("batch", "v1", "jobs", "Job")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
+# Gang scheduling (--gang-scheduling): scheduler-plugins' and Volcano's PodGroups.
+PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 
 ALL = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES, SERVICEACCOUNTS, JOBS, STATEFULSETS, LEASES,
-       MPIJOBS)
+       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS)
 _BY_GVK = {(r.api_version, r.kind): r for r in ALL}
 
 

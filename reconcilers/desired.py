@@ -15,6 +15,7 @@ import hashlib
 import json
 
 from reconcilers import names as n
+from reconcilers import podgroup
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
 
@@ -245,6 +246,7 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     _add_volume(spec, _ssh_volume(mpijob))
     container = spec["containers"][0]
     _add_mount(container, SSH_VOLUME, _spec(mpijob)["sshAuthMountPath"])
+    podgroup.decorate_template(template, mpijob, config)
     return template, container
 
 

@@ -38,6 +38,7 @@ from reconcilers import backend as bk
 from reconcilers import desired as dz
 from reconcilers import diff as df
 from reconcilers import names as n
+from reconcilers import podgroup as pg
 from reconcilers import status as st
 from reconcilers.defaults import WORKER, with_defaults
 from reconcilers.types import Create, Delete, Event, Inputs, Obj, Plan, Ref
@@ -214,7 +215,7 @@ class _Planner:
         uid = (self.job.get("metadata") or {}).get("uid")
         out = []
         for obj in (self.obs.service, self.obs.config_map, self.obs.secret, self.obs.launcher,
-                    self.obs.workers, self.obs.other_workers):
+                    self.obs.workers, self.obs.other_workers, self.obs.pod_group):
             ref = n.controller_ref(obj) if obj is not None else None
             if ref is not None and ref.get("name") == n.job_name(self.job) and uid and ref.get("uid") \
                     and ref["uid"] != uid:
@@ -224,7 +225,8 @@ class _Planner:
     def clash(self) -> str | None:
         stale = [id(o) for o in self.stale_children()]
         for obj, kind in ((self.obs.service, "Service"), (self.obs.config_map, "ConfigMap"),
-                          (self.obs.secret, "Secret"), (self.obs.launcher, "Job"), (self.workers, None)):
+                          (self.obs.secret, "Secret"), (self.obs.launcher, "Job"), (self.workers, None),
+                          (self.obs.pod_group, pg.KIND)):
             if obj is not None and not self.owned(obj) and id(obj) not in stale:
                 kind = kind or obj.get("kind", "object")
                 name = (obj.get("metadata") or {}).get("name", "?")
@@ -418,10 +420,46 @@ class _Planner:
         if patch:
             self.p.patches.append(patch)
 
+    # -- gang scheduling (reconcilers/podgroup.py) -------------------------------------------------
+
+    def sync_pod_group(self) -> None:
+        if not pg.enabled(self.config):
+            return
+        want = pg.pod_group(self.job, self.config, dz.owner_reference(self.job))
+        have = self.obs.pod_group
+        if have is None:
+            self.p.creates.append(Create(want))
+        elif self.owned(have):
+            patch = pg.diff_pod_group(want, have)
+            if patch:
+                self.p.patches.append(patch)
+
+    def drop_pod_group(self, reason: str) -> None:
+        st.remove_condition(self.status, pg.WAITING_CONDITION)
+        have = self.obs.pod_group
+        if pg.enabled(self.config) and self.owned(have) and not (have.get("metadata") or {}).get("deletionTimestamp"):
+            self.p.deletes.append(self.delete(have, reason))
+
+    def gang_wait(self, running: bool) -> None:
+        """WaitingForGang=True (the State column) while the PodGroup waits for room for every pod."""
+        have = self.obs.pod_group if self.owned(self.obs.pod_group) else None
+        msg = None if running or not pg.enabled(self.config) else pg.waiting_message(have, self.key)
+        if msg is not None:
+            # Set when the wait begins only: the phase flips between Pending and Scheduling while pods
+            # wait at the scheduler's Permit, and each new message would be one more status write.
+            if not st.is_true(self.status, pg.WAITING_CONDITION):
+                self.cond(pg.WAITING_CONDITION, "True", pg.R_WAITING, msg)
+                self.event("Normal", pg.R_WAITING, msg)
+        elif st.get_condition(self.status, pg.WAITING_CONDITION) is not None:
+            st.remove_condition(self.status, pg.WAITING_CONDITION)
+            self.event("Normal", pg.R_GANG_SCHEDULED,
+                       f"MPIJob {self.key}: the whole gang is placed (PodGroup {pg.phase(have) or 'gone'}).")
+
     # -- states -----------------------------------------------------------------------------------
 
     def active(self) -> None:
         self.shared_children()
+        self.sync_pod_group()
         self.sync_workers(running=True)
         self.sync_launcher(running=True)
 
@@ -444,6 +482,7 @@ class _Planner:
             msg = f"MPIJob {self.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
             if self.cond(st.RESTARTING, "True", st.R_RESTARTING, msg):
                 self.event("Warning", st.R_RESTARTING, msg)
+        self.gang_wait(running)
 
     def suspended(self) -> None:
         msg = f"MPIJob {self.key} is suspended."
@@ -452,11 +491,13 @@ class _Planner:
         if st.get_condition(self.status, st.RUNNING) is not None:
             self.cond(st.RUNNING, "False", st.R_SUSPENDED, msg)
         st.remove_condition(self.status, st.RESTARTING)
+        self.drop_pod_group("the MPIJob is suspended; a resume creates it afresh")
         self.shared_children()
         self.sync_workers(running=False)
         self.sync_launcher(running=False)
 
     def finished(self) -> None:
+        self.drop_pod_group("the MPIJob has finished")
         policy = self.spec()["runPolicy"]["cleanPodPolicy"]
         if policy in ("Running", "All"):
             self.sync_workers(running=False)

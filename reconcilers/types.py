@@ -26,6 +26,9 @@ class Config:
     cluster_domain: str = ""
     # The value of runPolicy.managedBy that this operator acts on (unset also means us).
     controller_name: str = "kubeflow.org/mpi-operator"
+    # --gang-scheduling: "" (off), "volcano", or the schedulerName of a scheduler-plugins
+    # Coscheduling scheduler (reconcilers/podgroup.py).
+    gang_scheduler: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Observed:
     # When both kinds exist under the worker name: the StatefulSet (`workers` is then the Job).
     other_workers: Obj | None = None
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
+    pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
 
 
 @dataclass(frozen=True)

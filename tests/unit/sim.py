@@ -69,6 +69,8 @@ SLOTS = {"Service": "service", "ConfigMap": "config_map", "Secret": "secret"}
 def slot_of(job: dict, kind: str, name: str) -> str | None:
     if kind in SLOTS:
         return SLOTS[kind]
+    if kind == "PodGroup":
+        return "pod_group"
     if name == n.launcher_name(job):
         return "launcher"
     if name == n.worker_name(job):

@@ -65,6 +65,9 @@ def test_defaults_are_the_readme_table(monkeypatch):
     (["--metrics-bind-address=localhost:65535"], "metrics_bind_address", "localhost:65535"),
     (["--queue-qps=2.5"], "queue_qps", 2.5),
     (["--queue-burst=7"], "queue_burst", 7),
+    (["--gang-scheduling=volcano"], "gang_scheduling", "volcano"),
+    (["--gang-scheduling=scheduler-plugins-scheduler"], "gang_scheduling", "scheduler-plugins-scheduler"),
+    ([], "gang_scheduling", ""),
 ])
 def test_each_flag(argv, field, value):
     assert getattr(parse(argv), field) == value
