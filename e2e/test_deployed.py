@@ -177,7 +177,7 @@ def prometheus(kubectl, kubeconfig, deployed, tmp_path_factory) -> Iterator[str]
         kubectl("apply", "-f", "-", input=json.dumps({
             "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus",
             "metadata": {"name": PROM, "namespace": NS},
-            "spec": {"version": "v2.42.0", "replicas": 1,
+            "spec": {"replicas": 1,
                      "serviceMonitorSelector": {"matchLabels": {"app.kubernetes.io/name": "mpi-operator"}},
                      "ruleSelector": {"matchLabels": {"app.kubernetes.io/name": "mpi-operator"}},
                      "serviceMonitorNamespaceSelector": {}, "ruleNamespaceSelector": {},

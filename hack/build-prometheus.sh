@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The monitoring stack the tests scrape the deployed operator with, cached like the control plane:
 #   prometheus-operator  built from its Go module (PROMETHEUS_OPERATOR_VERSION, hack/tools/prometheus-operator);
-#   prometheus, promtool from Debian's package (PROMETHEUS_DEBIAN_VERSION), unpacked with dpkg -x
-#                        (installing it would start a service).
+#   prometheus           built from its Go module (PROMETHEUS_VERSION, hack/tools/prometheus) with the
+#                        Kubernetes service discovery only (Debian's package has none).
 # Prints the cache's bin directory on its last line. A second run is a cache hit.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
-dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-$PROMETHEUS_DEBIAN_VERSION
+dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMETHEUS_VERSION
 bin=$dir/bin
 log() { echo "[prometheus] $*" >&2; }
 mkdir -p "$bin"
@@ -23,13 +23,11 @@ if [ ! -x "$bin/prometheus-operator" ]; then
 fi
 if [ ! -x "$bin/prometheus" ]; then
   t0=$SECONDS
-  w=$(mktemp -d)
-  trap 'rm -rf "$w"' EXIT
-  (cd "$w" && apt-get download -q "prometheus=$PROMETHEUS_DEBIAN_VERSION" >/dev/null 2>&1) ||
-    { apt-get update -qq && (cd "$w" && apt-get download -q "prometheus=$PROMETHEUS_DEBIAN_VERSION" >/dev/null); }
-  dpkg -x "$w"/prometheus_*.deb "$w/x"
-  cp "$w/x/usr/bin/prometheus" "$w/x/usr/bin/promtool" "$bin/"
-  log "prometheus $PROMETHEUS_DEBIAN_VERSION unpacked from Debian's package in $((SECONDS - t0))s"
+  log "building prometheus $PROMETHEUS_VERSION from its Go module, Kubernetes SD only (cold: minutes)"
+  (cd "$here/tools/prometheus" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -tags remove_all_sd,enable_kubernetes_sd -o "$bin/prometheus.tmp" github.com/prometheus/prometheus/cmd/prometheus)
+  mv "$bin/prometheus.tmp" "$bin/prometheus"
+  log "prometheus built in $((SECONDS - t0))s"
 fi
 # The CRDs the Prometheus Operator serves, from its module (applied by the tests, never copied here).
 crds=$(cd "$here/tools/prometheus-operator" && go mod download -json "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION" |

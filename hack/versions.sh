@@ -3,8 +3,8 @@ K8S_VERSION=1.37.2
 ETCD_VERSION=3.7.0
 KWOK_VERSION=0.8.0
 PROMETHEUS_OPERATOR_VERSION=0.85.0
-# Debian bookworm's prometheus package (the server and promtool), unpacked, not installed.
-PROMETHEUS_DEBIAN_VERSION=2.42.0+ds-5+deb12u1
+# github.com/prometheus/prometheus v0.316.0 is Prometheus 3.16 (the module's versions are v0.3xx).
+PROMETHEUS_VERSION=0.316.0
 # sigs.k8s.io/scheduler-plugins (Coscheduling + PodGroup controller) for the gang-scheduling e2e test.
 # The newest release; it is built against k8s 1.34 libraries and only talks to the 1.37 API server.
 SCHEDULER_PLUGINS_VERSION=0.34.7
