@@ -34,6 +34,7 @@ from reconcilers.types import Config, Event, Inputs, Observed, Plan
 log = logs.get("controller")
 OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 POD_INDEX = "mpijob"
+REFUSAL_RETRY_MAX = 10.0  # seconds: the longest wait before retrying a write refused for a while
 EVENT_METRICS = {
     "MPIJobCreated": metrics.jobs_created,
     "MPIJobSucceeded": metrics.jobs_successful,
@@ -49,7 +50,7 @@ def _pod_owner(pod: dict) -> list[str]:
 
 def _expected(e: Exception) -> bool:
     """A network or API error that retrying is meant to get past: a warning, not a traceback."""
-    return isinstance(e, ApiError | CONNECTION_ERRORS)
+    return isinstance(e, (ApiError, *CONNECTION_ERRORS))
 
 
 def _unwrap(obj: object) -> dict:
@@ -228,7 +229,8 @@ class MPIJobController:
         if r.permanent:
             self.queue.forget(key)  # no retry: only a new generation of the spec changes the answer
         else:
-            self.queue.add_rate_limited(key)
+            # Backoff, capped: what lifts the refusal (a ResourceQuota raised) sends this MPIJob no event.
+            self.queue.add_after(key, min(self.queue.rate_limiter.when(key), REFUSAL_RETRY_MAX))
 
     # ------------------------------------------------------------------ one reconcile
     def sync(self, key: str) -> None:
