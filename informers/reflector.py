@@ -8,7 +8,8 @@ resourceVersion, and keep doing so.
 - 410 Gone / Expired / "too old resource version" (an HTTP 410, or an ERROR event in the stream)
   makes it relist; the consumer then computes adds, updates and tombstones.
 - Connection errors (refused, reset, a read timeout of ~80 s on a dead stream) back off from 0.8 s
-  doubling to 30 s with jitter, then watch again from the last resourceVersion.
+  doubling to 30 s with jitter, then watch again from the last resourceVersion. The backoff is
+  reset as soon as a watch (or a list) is answered again.
 - Other API errors (403, 500...) back off, then relist.
 
 It talks to its consumer through two callbacks, called on its own thread:
@@ -248,7 +249,9 @@ class Reflector:
         if self._stop.is_set():
             stream.close()
             return
-        events = 0
+        # The server answered: the connection is back. Reset now, not at the first event: a quiet
+        # watch would otherwise keep the backoff grown by earlier cuts (up to 30 s) for the next one.
+        self.backoff.reset()
         try:
             for ev in stream:
                 if self._stop.is_set():
@@ -270,9 +273,6 @@ class Reflector:
                     continue
                 self.on_event(typ, self._prepare(obj))
                 self._set_rv(rv)
-                events += 1
-                if events == 1:
-                    self.backoff.reset()
         finally:
             with self._lock:
                 if self.current_stream is stream:

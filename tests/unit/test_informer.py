@@ -402,3 +402,25 @@ def test_slim_pod_keeps_what_the_controller_reads():
     assert "qosClass" not in s["status"] and s["status"]["phase"] == "Running"
     assert "managedFields" in pod["metadata"]  # the input is not modified
     assert strip_managed_fields(pod)["metadata"].keys() == s["metadata"].keys()
+
+
+def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
+    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut."""
+    client.list_pages = [page([cm("a", 5)], 10)]
+    client.watch_scripts = [ConnectionResetError("cut")] * 5 + [FakeStream([], end=False)]
+    inf, rec = make(client)
+    inf.reflector.backoff = Backoff(0.001, 10.0, jitter=0.0)
+    grown = []
+    real_next = inf.reflector.backoff.next
+    inf.reflector.backoff.next = lambda: grown.append(real_next()) or grown[-1]
+    inf.start()
+    try:
+        rec.wait(1)
+        wait = time.monotonic() + 3
+        while inf.reflector.current_stream is None and time.monotonic() < wait:
+            time.sleep(0.005)
+        assert inf.reflector.current_stream is not None
+        assert grown == [0.001, 0.002, 0.004, 0.008, 0.016]  # it did grow across the cuts
+        assert inf.reflector.backoff.next() == 0.001  # and the quiet watch reset it
+    finally:
+        inf.stop()
