@@ -105,7 +105,7 @@ def test_a_permanent_refusal_fails_with_the_servers_words_and_clears_when_the_sp
     assert op.log_path.read_text().count("the API server refused a child") == count == 1
     assert len([e for e in events(kubectl, namespace, "pull") if "ChildRefused" in e["message"]]) == 1
     # The spec fixed (a new generation): Failed goes and the MPIJob runs to the end.
-    kubectl("-n", namespace, "patch", "mpijob", "pull", "--type=json", "-p", json.dumps([
+    kubectl("-n", namespace, "patch", "mpijobs.v2beta1.kubeflow.org", "pull", "--type=json", "-p", json.dumps([
         {"op": "replace", "path": "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/imagePullPolicy",
          "value": "IfNotPresent"}]))
     wait_condition(kubectl, namespace, "pull", "Succeeded", timeout=60)
