@@ -63,8 +63,9 @@ def test_a_new_mpijob_runs_within_10s_of_the_network_coming_back(kubectl, crd, n
         print(f"\nafter {CUTS + 1} cuts through the relay: network back -> new MPIJob Running in <= {took:.1f}s")
         log = op.log_path.read_text()
         assert "Traceback" not in log
-        for line in log.splitlines():
-            json.loads(line)
+        records = [json.loads(line) for line in log.splitlines()]  # every line JSON
+        # the API server away is expected: warnings of one line, never an error
+        assert not [r for r in records if r["level"] in ("error", "critical")], "error lines during the cuts"
         assert took < RECOVERY_LIMIT, f"{took:.1f}s; operator log:\n{op.tail(40)}"
     finally:
         op.stop()
