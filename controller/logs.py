@@ -64,7 +64,9 @@ def setup(fmt: str = "console", level: str = "info") -> None:
             _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # WriteLogger writes each line, newline included, in one call; PrintLogger's print() makes
+        # two, between which another thread's line (the informers' handler) could land.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
 

@@ -68,3 +68,33 @@ def test_expected_network_errors_are_warnings_bugs_are_tracebacks(error, expecte
     elif error == "api":
         error = ApiError(503, "ServiceUnavailable", "etcd leader changed")
     assert _expected(error) is expected
+
+
+CONCURRENT = textwrap.dedent("""
+    import logging, threading
+    from controller import logs
+    logs.setup("json", "info")
+    s, std = logs.get("controller"), logging.getLogger("informers.reflector")
+    def work(i):
+        for j in range(2000):
+            s.info("structlog line", i=i, j=j) if (i + j) % 2 else std.info("stdlib line %d %d", i, j)
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+""")
+
+
+def test_lines_from_many_threads_never_interleave():
+    """structlog's PrintLogger wrote a line and its newline in two calls: with the informers logging
+    from their own threads, about one line in ten was two JSON objects glued together."""
+    r = subprocess.run([sys.executable, "-c", CONCURRENT], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stderr.splitlines()
+    assert len(lines) == 16000
+    bad = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            bad.append(line)
+    assert not bad, f"{len(bad)} broken lines, e.g. {bad[0][:200]}"
