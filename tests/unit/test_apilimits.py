@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reconcilers import apilimits as lim
 from reconcilers import desired as dz
@@ -115,3 +117,20 @@ def test_the_worker_limit_is_the_largest_count_that_fits():
     longer = validate(mpijob("pi", "ns", workers=most), Config(cluster_domain="cluster.local"))
     assert longer and "at most" in longer[0].message
     assert validate(job) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True),
+       ns=st.from_regex(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?", fullmatch=True),
+       domain=st.sampled_from(["", "cluster.local", "a.b.example.org."]), slots=st.integers(1, 10**6),
+       impl=st.sampled_from(["OpenMPI", "Intel", "MPICH"]), lw=st.booleans(), workers=st.integers(0, 300))
+def test_config_map_size_property(name, ns, domain, slots, impl, lw, workers):
+    """config_map_bytes is exact for any name, namespace, domain, slots and count the CRD admits."""
+    job = with_defaults(mpijob(name, ns, workers=workers, spec={
+        "slotsPerWorker": slots, "mpiImplementation": impl, "runLauncherAsWorker": lw}))
+    config = Config(cluster_domain=domain)
+    pods = [{"metadata": {"labels": {"training.kubeflow.org/job-role": "worker"}, "name": f"{name}-worker-{i}"},
+             "spec": {"hostname": f"{name}-worker-{i}"}, "status": {"phase": "Running"}} for i in range(workers)]
+    data = dz.config_map(job, config, pods)["data"]
+    assert lim.config_map_bytes(name, ns, domain, slots, impl, lw, workers) == sum(
+        len(k) + len(v.encode()) for k, v in data.items())
