@@ -168,8 +168,8 @@ class _Planner:
             st.remove_condition(self.status, st.FAILED)  # a new generation: try again
             self.status.pop("completionTime", None)
         blocked = st.get_condition(self.status, rf.BLOCKED)
-        if blocked is not None and (r is None or r.permanent):
-            st.remove_condition(self.status, rf.BLOCKED)  # the write passed, or it is a failure now
+        if blocked is not None and (r is None or r.permanent or st.is_finished(self.status)):
+            st.remove_condition(self.status, rf.BLOCKED)  # the write passed, or the job has ended
         if r is None or st.is_finished(self.status):
             return
         msg = rf.describe(r)

@@ -107,3 +107,13 @@ def test_a_too_large_config_map_names_the_worker_count():
 def test_the_same_refusal_is_recognised():
     assert rf.same(DUP, replace(DUP, generation=2))
     assert not rf.same(DUP, QUOTA) and not rf.same(None, DUP)
+
+
+def test_a_finished_mpijob_is_not_blocked():
+    job = mpijob()
+    p = run(job, refusal=QUOTA)
+    job2, obs = apply_plan(job, Observed(), replace(p, creates=[]))
+    job2["status"]["conditions"].append({"type": "Succeeded", "status": "True", "reason": "MPIJobSucceeded",
+                                         "message": "done", "lastTransitionTime": "2025-01-01T12:00:00Z"})
+    done = run(job2, obs, refusal=QUOTA, now=at(5))
+    assert cond(done.status, "Blocked") is None
