@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint unit integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv lint unit fuzz integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -30,6 +30,12 @@ lint: $(PY) ## ruff over all Python code
 unit: $(PY) ## unit tests of the pure functions, the queue and the store (no cluster)
 	@echo ">> unit tests"
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(PY) ## plan() over FUZZ_EXAMPLES MPIJobs drawn from the CRD's schema (tests/unit/crd_strategy.py)
+	@echo ">> fuzz of the pure planner: $(FUZZ_EXAMPLES) examples"
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/unit/test_crd_fuzz.py -q -p no:cacheprovider \
+		--hypothesis-show-statistics $(PYTEST_ARGS)
 
 integration: $(PY) ## integration tests against the local cluster (started if needed)
 	@echo ">> integration tests (local cluster)"

@@ -45,6 +45,19 @@ class PredecessorChild(Exception):
     the garbage collector is removing: not a clash, wait for it."""
 
 
+class Refused(ApiError):
+    """The API server refused to create or patch a child (after the retries above): the controller
+    turns it into a condition and an Event (reconcilers/refusal.py), not a bare retry loop. Still an
+    ApiError, with the server's status, reason, message and body."""
+
+    def __init__(self, error: ApiError, verb: str, kind: str, name: str) -> None:
+        super().__init__(error.status, error.reason, error.message, error.body, error.retry_after)
+        self.verb, self.kind, self.name = verb, kind, name
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.kind} {self.name}: {super().__str__()}"
+
+
 def _precondition_failed(e: ApiError) -> bool:
     """A uid precondition that does not hold: a 409 that no retry will change."""
     return e.status == 409 and "precondition" in (e.message or "").lower()
@@ -136,7 +149,7 @@ class Executor:
                 return self._call("POST", r.path(meta.get("namespace")), body=obj)
             except ApiError as e:
                 if e.reason != "AlreadyExists":
-                    raise
+                    raise Refused(e, "create", obj["kind"], meta["name"]) from e
             try:
                 current = self._call("GET", r.path(meta.get("namespace"), meta["name"]))
             except ApiError as e:
@@ -173,7 +186,10 @@ class Executor:
     def _patch(self, p: Patch, res: Result) -> None:
         r = resource_for(p.ref.api_version, p.ref.kind)
         metrics.api_writes.labels("patch", p.ref.kind).inc()
-        out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch, content_type=MERGE_PATCH)
+        try:
+            out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch, content_type=MERGE_PATCH)
+        except ApiError as e:
+            raise Refused(e, "patch", p.ref.kind, p.ref.name) from e
         log.info("patched", kind=p.ref.kind, name=p.ref.name, why=p.reason)
         res.written[(r.plural, p.ref.namespace, p.ref.name)] = out["metadata"]["resourceVersion"]
 

@@ -17,10 +17,11 @@ import structlog
 
 from controller import logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
+from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, Refused
 from controller.expectations import Expectations
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
+from informers.reflector import CONNECTION_ERRORS
 from informers.resources import (
     CONFIGMAPS,
     JOBS,
@@ -36,14 +37,16 @@ from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names
+from reconcilers import refusal as rf
 from reconcilers import status as rst
 from reconcilers.plan import plan as make_plan
-from reconcilers.types import Config, Inputs, Observed
+from reconcilers.types import Config, Inputs, Observed, Plan
 
 log = logs.get("controller")
 OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 POD_INDEX = "mpijob"
 TAKEN_RECHECK_SECONDS = 5.0  # how often a name taken by a foreign object is looked at again
+REFUSAL_RETRY_MAX = 10.0  # seconds: the longest wait before retrying a write refused for a while
 EVENT_METRICS = {
     "MPIJobCreated": metrics.jobs_created,
     "MPIJobSucceeded": metrics.jobs_successful,
@@ -55,6 +58,11 @@ def _pod_owner(pod: dict) -> list[str]:
     meta = pod.get("metadata") or {}
     job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
     return [f"{meta.get('namespace')}/{job}"] if job else []
+
+
+def _expected(e: Exception) -> bool:
+    """A network or API error that retrying is meant to get past: a warning, not a traceback."""
+    return isinstance(e, (ApiError, *CONNECTION_ERRORS))
 
 
 def _unwrap(obj: object) -> dict:
@@ -83,6 +91,9 @@ class MPIJobController:
         self.expectations = Expectations()
         # key -> (message, API path) of a child's name taken by an object we do not control.
         self._taken: dict[str, tuple[str, str]] = {}
+        # The last refused write of a child per MPIJob key (reconcilers/refusal.py); a key is worked by
+        # one thread at a time, and only that thread reads or writes its entry.
+        self.refusals: dict[str, rf.Refusal] = {}
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
@@ -143,6 +154,7 @@ class MPIJobController:
         key = meta_namespace_key(obj)
         self.expectations.forget(key)
         self._taken.pop(key, None)
+        self.refusals.pop(key, None)
         with contextlib.suppress(KeyError):
             metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
         with contextlib.suppress(KeyError):
@@ -188,6 +200,8 @@ class MPIJobController:
         try:
             self.sync(key)
             self.queue.forget(key)
+        except Refused as e:
+            self._refused(key, e)
         except NotLeader:
             log.warning("not the leader any more: dropping the reconcile")
         except PredecessorChild as e:
@@ -203,12 +217,47 @@ class MPIJobController:
             self.queue.add(key)
         except Exception as e:
             metrics.reconcile_errors.labels(type(e).__name__).inc()
-            log.error("reconcile failed; retrying with backoff", error=str(e),
-                      retries=self.queue.num_requeues(key), exc_info=not isinstance(e, ApiError))
+            if _expected(e):  # the API server away or busy: one line, the error's text
+                log.warning("reconcile failed; retrying with backoff", error=f"{type(e).__name__}: {e}",
+                            retries=self.queue.num_requeues(key))
+            else:
+                log.error("reconcile failed; retrying with backoff", error=str(e),
+                          retries=self.queue.num_requeues(key), exc_info=True)
             self.queue.add_rate_limited(key)
         finally:
             metrics.reconcile_duration.observe(time.perf_counter() - started)
             structlog.contextvars.unbind_contextvars("mpijob")
+
+    def _refused(self, key: str, e: Refused) -> None:
+        """Remember the refusal and show it on the MPIJob; retry only what can pass (refusal.py)."""
+        metrics.reconcile_errors.labels(e.reason or str(e.status)).inc()
+        mpijob = self.mpijobs.store.get(key)
+        if mpijob is None:
+            return
+        r = rf.Refusal(e.status, e.reason, e.message, e.kind, e.name,
+                       (mpijob.get("metadata") or {}).get("generation"), rf.causes_of(e.body))
+        if not rf.same(self.refusals.get(key), r):  # one line per distinct refusal, not per retry
+            log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
+                        reason=e.reason, error=e.message, permanent=r.permanent)
+        self.refusals[key] = r
+        try:
+            full = make_plan(Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=r))
+            # A transient refusal: show it, write nothing else (the refused write comes again after
+            # the backoff). A permanent one: the plan of a Failed MPIJob (it stops the workers).
+            report = full if r.permanent else Plan(status=full.status, events=full.events)
+            self._apply(key, mpijob, report)
+        except NotLeader:
+            log.warning("not the leader any more: dropping the reconcile")
+            return
+        except Exception as err:  # reported, and the key is retried below
+            log.warning("showing a refusal on the MPIJob failed; retrying", error=f"{type(err).__name__}: {err}")
+            self.queue.add_rate_limited(key)
+            return
+        if r.permanent:
+            self.queue.forget(key)  # no retry: only a new generation of the spec changes the answer
+        else:
+            # Backoff, capped: what lifts the refusal (a ResourceQuota raised) sends this MPIJob no event.
+            self.queue.add_after(key, min(self.queue.rate_limiter.when(key), REFUSAL_RETRY_MAX))
 
     # ------------------------------------------------------------------ one reconcile
     def sync(self, key: str) -> None:
@@ -224,8 +273,23 @@ class MPIJobController:
             self.queue.add_after(key, 5.0)  # safety net; the informer event normally comes first
             return
         metrics.job_info.labels(names.launcher_name(mpijob), split_key(key)[0]).set(1)
-        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, taken=taken)
+        refusal = self.refusals.get(key)
+        if refusal is not None and refusal.permanent and refusal.generation != mpijob["metadata"].get("generation"):
+            del self.refusals[key]  # the spec changed: try again
+            refusal = None
+        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
+                        taken=taken)
         plan = make_plan(inputs)
+        self._apply(key, mpijob, plan)
+        if refusal is not None and not refusal.permanent:
+            # The writes passed this time: forget the refusal and plan again, which clears Blocked.
+            self.refusals.pop(key, None)
+            log.info("a refused write passed", kind=refusal.kind, name=refusal.name)
+            self.queue.add(key)
+        if plan.requeue_after is not None:
+            self.queue.add_after(key, max(plan.requeue_after, 0.0))
+
+    def _apply(self, key: str, mpijob: dict, plan: Plan) -> None:
         if plan.writes or plan.events:
             log.debug("applying plan", creates=len(plan.creates), patches=len(plan.patches),
                       deletes=len(plan.deletes), status=plan.status is not None, events=len(plan.events))
@@ -239,8 +303,6 @@ class MPIJobController:
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
-        if plan.requeue_after is not None:
-            self.queue.add_after(key, max(plan.requeue_after, 0.0))
         self._record_progress(key, mpijob, plan.status)
 
     @staticmethod

@@ -95,13 +95,18 @@ def apply(kubectl: Callable, ns: str, obj: dict) -> None:
     kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(obj))
 
 
+# Fully qualified: on a shared cluster another CRD may also be called mpijobs (another group), and
+# kubectl would then resolve the short name to it.
+QUALIFIED = {"mpijob": "mpijobs.v2beta1.kubeflow.org", "mpijobs": "mpijobs.v2beta1.kubeflow.org"}
+
+
 def get(kubectl: Callable, ns: str, kind: str, name: str) -> dict | None:
-    r = kubectl("-n", ns, "get", kind, name, "-o", "json", check=False)
+    r = kubectl("-n", ns, "get", QUALIFIED.get(kind, kind), name, "-o", "json", check=False)
     return json.loads(r.stdout) if r.returncode == 0 else None
 
 
 def items(kubectl: Callable, ns: str, kind: str, selector: str = "") -> list[dict]:
-    args = ["-n", ns, "get", kind, "-o", "json"] + (["-l", selector] if selector else [])
+    args = ["-n", ns, "get", QUALIFIED.get(kind, kind), "-o", "json"] + (["-l", selector] if selector else [])
     return json.loads(kubectl(*args).stdout)["items"]
 
 

@@ -33,6 +33,7 @@ class InformerFactory:
                                      label_selector=label_selector,
                                      resync_period=self.resync_period if resync_period is None else resync_period,
                                      transform=transform, name=name)
+                inf.reflector.on_reconnect = self._reconnected
                 self._informers[key] = inf
                 if self._started:
                     inf.start()
@@ -53,6 +54,11 @@ class InformerFactory:
     def stop(self) -> None:
         for inf in self.informers():
             inf.stop()
+
+    def _reconnected(self) -> None:
+        """One informer reached the API server again: the others need not sleep off their backoff."""
+        for inf in self.informers():
+            inf.reflector.retry_now()
 
     def informers(self) -> list[SharedInformer]:
         with self._lock:

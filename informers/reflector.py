@@ -8,7 +8,10 @@ resourceVersion, and keep doing so.
 - 410 Gone / Expired / "too old resource version" (an HTTP 410, or an ERROR event in the stream)
   makes it relist; the consumer then computes adds, updates and tombstones.
 - Connection errors (refused, reset, a read timeout of ~80 s on a dead stream) back off from 0.8 s
-  doubling to 30 s with jitter, then watch again from the last resourceVersion.
+  doubling to 30 s with jitter, then watch again from the last resourceVersion. The backoff is
+  reset as soon as a watch (or a list) is answered again, and a reflector back online calls
+  `on_reconnect`: the factory then wakes its other reflectors still sleeping off connection errors
+  (`retry_now`), so that no cache stays behind for a backoff once the network is back.
 - Other API errors (403, 500...) back off, then relist.
 
 It talks to its consumer through two callbacks, called on its own thread:
@@ -104,6 +107,9 @@ class Reflector:
         self.watches = 0
         self.current_stream: WatchStream | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends a backoff sleep early (retry_now, stop)
+        self._offline = False  # the last attempt failed on the connection
+        self.on_reconnect: Callable[[], None] | None = None
         self._lock = threading.Lock()
         metrics.last_resource_version_age.labels(self.name).set_function(
             lambda: time.monotonic() - self.last_rv_time
@@ -112,7 +118,20 @@ class Reflector:
     # -- control -----------------------------------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.disconnect()
+
+    def retry_now(self) -> None:
+        """Another reflector got through to the API server: end a connection-error backoff now."""
+        if self._offline:
+            self._wake.set()
+
+    def _online(self) -> None:
+        self.backoff.reset()
+        if self._offline:
+            self._offline = False
+            if self.on_reconnect is not None:
+                self.on_reconnect()
 
     def stopped(self) -> bool:
         return self._stop.is_set()
@@ -157,6 +176,7 @@ class Reflector:
                 if self._stop.is_set():
                     break
                 metrics.watch_errors_total.labels(self.name, "connection").inc()
+                self._offline = True
                 delay = self.backoff.next()
                 log.warning("%s: connection error (%s: %s); retrying in %.1fs", self.name, type(e).__name__,
                             e, delay)
@@ -170,7 +190,8 @@ class Reflector:
                 self._sleep(self.backoff.next())
 
     def _sleep(self, seconds: float) -> None:
-        self._stop.wait(seconds)
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     def _set_rv(self, rv: str) -> None:
         if rv:
@@ -222,7 +243,7 @@ class Reflector:
             metrics.relist_total.labels(self.name).inc()
         self.on_list(items, rv, initial)
         self._set_rv(rv)
-        self.backoff.reset()
+        self._online()
 
     def _watch(self) -> None:
         q = self._query()
@@ -248,7 +269,9 @@ class Reflector:
         if self._stop.is_set():
             stream.close()
             return
-        events = 0
+        # The server answered: the connection is back. Reset now, not at the first event: a quiet
+        # watch would otherwise keep the backoff grown by earlier cuts (up to 30 s) for the next one.
+        self._online()
         try:
             for ev in stream:
                 if self._stop.is_set():
@@ -270,9 +293,6 @@ class Reflector:
                     continue
                 self.on_event(typ, self._prepare(obj))
                 self._set_rv(rv)
-                events += 1
-                if events == 1:
-                    self.backoff.reset()
         finally:
             with self._lock:
                 if self.current_stream is stream:

@@ -39,6 +39,7 @@ from reconcilers import desired as dz
 from reconcilers import diff as df
 from reconcilers import names as n
 from reconcilers import podgroup as pg
+from reconcilers import refusal as rf
 from reconcilers import status as st
 from reconcilers.defaults import WORKER, with_defaults
 from reconcilers.types import Create, Delete, Event, Inputs, Obj, Plan, Ref
@@ -116,12 +117,13 @@ class _Planner:
     # -- the lifecycle ----------------------------------------------------------------------------
 
     def run(self) -> Plan:
-        errors = validate(self.job)
+        errors = validate(self.job, self.config)
         if errors:
             return self.invalid(errors)
         failed = st.get_condition(self.status, st.FAILED)
         if failed is not None and failed.get("reason") == st.R_INVALID:
             st.remove_condition(self.status, st.FAILED)  # the spec was fixed
+        self.refused()
 
         if not st.get_condition(self.status, st.CREATED):
             self.cond(st.CREATED, "True", st.R_CREATED, f"MPIJob {self.key} is created.")
@@ -173,6 +175,25 @@ class _Planner:
         if self.cond(st.FAILED, "True", st.R_INVALID, message) or self.old_message() != message:
             self.event("Warning", st.R_INVALID, f"Fix {fields}: {message}")
         return self.finish_status()
+
+    def refused(self) -> None:
+        """A child the API server refused (Inputs.refusal, see refusal.py): permanent -> Failed/ChildRefused
+        until the spec changes; transient -> Blocked=True while it lasts. One Event per transition."""
+        r = self.inputs.refusal
+        failed = st.get_condition(self.status, st.FAILED)
+        if failed is not None and failed.get("reason") == rf.R_REFUSED and not (r and r.permanent):
+            st.remove_condition(self.status, st.FAILED)  # a new generation: try again
+            self.status.pop("completionTime", None)
+        blocked = st.get_condition(self.status, rf.BLOCKED)
+        if blocked is not None and (r is None or r.permanent or st.is_finished(self.status)):
+            st.remove_condition(self.status, rf.BLOCKED)  # the write passed, or the job has ended
+        if r is None or st.is_finished(self.status):
+            return
+        msg = rf.describe(r)
+        if r.permanent:
+            self.fail(rf.R_REFUSED, msg)
+        elif self.cond(rf.BLOCKED, "True", rf.R_REFUSED, msg) and blocked is None:
+            self.event("Warning", rf.R_REFUSED, msg)
 
     def old_message(self) -> str | None:
         c = st.get_condition(self.old_status, st.FAILED)

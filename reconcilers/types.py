@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from reconcilers.refusal import Refusal
 
 Obj = dict[str, Any]
 
@@ -131,6 +134,8 @@ class Inputs:
     now: datetime  # timezone-aware UTC
     # Called only when the SSH Secret must be created; the controller passes a real generator.
     keygen: KeyGen | None = None
+    # The last write of a child the API server refused, as the controller remembers it (refusal.py).
+    refusal: Refusal | None = None
     # A child's name that the last apply found taken by an object this MPIJob does not control and
     # the caches cannot show (not labelled as ours): the message to report, until the name is free.
     taken: str | None = None

@@ -12,9 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from reconcilers import apilimits as lim
 from reconcilers import defaults as d
+from reconcilers import names as n
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
 from reconcilers.names import BACKEND_ANNOTATION
+from reconcilers.types import Config
 
 MAX_DNS_LABEL = 63
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -69,15 +72,16 @@ class _Checker:
             self.add(f"{path}.{key}", f"must be true or false, got {v!r}")
 
 
-def validate(mpijob: Any) -> list[FieldError]:
-    """Every problem of `mpijob` (after defaulting), as field errors; [] when it can be run."""
+def validate(mpijob: Any, config: Config | None = None) -> list[FieldError]:
+    """Every problem of `mpijob` (after defaulting), as field errors; [] when it can be run. `config`
+    gives the cluster domain, which the hostfile's length (and so the worker limit) depends on."""
     try:
-        return _validate(d.with_defaults(mpijob))
+        return _validate(d.with_defaults(mpijob), config or Config())
     except Exception as e:  # pragma: no cover - a last resort: validation must never raise
         return [FieldError("spec", f"cannot be read ({type(e).__name__}); check the manifest's structure")]
 
 
-def _validate(job: Any) -> list[FieldError]:
+def _validate(job: Any, config: Config) -> list[FieldError]:
     c = _Checker()
     if not isinstance(job, dict):
         c.add("", f"an MPIJob must be an object, got {type(job).__name__}")
@@ -154,6 +158,8 @@ def _validate(job: Any) -> list[FieldError]:
 
     if name is not None:
         _validate_name(c, name, workers)
+        if workers and not any(e.path == "metadata.name" for e in c.errors):
+            _validate_config_map_size(c, job, config, workers)
     return c.errors
 
 
@@ -164,6 +170,25 @@ def _validate_backend_annotation(c: _Checker, meta: Any) -> None:
         c.add(f"metadata.annotations[{BACKEND_ANNOTATION}]",
               f"unsupported worker backend {value!r}; use one of {', '.join(WORKER_BACKENDS)}, or remove it "
               "to take the operator's --worker-backend")
+
+
+def _validate_config_map_size(c: _Checker, job: dict, config: Config, workers: int) -> None:
+    """The hostfile and discover_hosts.sh share one ConfigMap, whose data the API caps at 1 MiB."""
+    spec = job["spec"]
+    slots, impl = spec.get("slotsPerWorker"), spec.get("mpiImplementation")
+    if not _is_int(slots) or impl not in MPI_IMPLEMENTATIONS:
+        return  # reported above
+
+    def fits(w: int) -> bool:
+        return lim.config_map_bytes(n.job_name(job), n.job_namespace(job), config.cluster_domain, slots, impl,
+                                    bool(spec.get("runLauncherAsWorker")), w) <= lim.MAX_CONFIG_MAP_BYTES
+
+    if not fits(workers):
+        most = lim.max_workers(fits, workers)
+        c.add(f"spec.mpiReplicaSpecs.{d.WORKER}.replicas",
+              f"{workers} workers do not fit: their hostfile and discover_hosts.sh would exceed the "
+              f"ConfigMap limit of {lim.MAX_CONFIG_MAP_BYTES} bytes (1 MiB); at most {most} workers fit for "
+              "this MPIJob's name, namespace and slotsPerWorker; use that many or fewer")
 
 
 def _validate_name(c: _Checker, name: str, workers: int) -> None:
@@ -193,6 +218,7 @@ def _validate_template(c: _Checker, template: Any, path: str) -> None:
             if m is not None and not (isinstance(m, dict) and all(
                     isinstance(k, str) and isinstance(v, str) for k, v in m.items())):
                 c.add(f"{path}.metadata.{key}", "must map strings to strings; quote numbers and booleans")
+        lim.check_metadata(c.add, meta, f"{path}.metadata")
     spec = template.get("spec")
     if not isinstance(spec, dict):
         c.add(f"{path}.spec", "is required: a pod spec with at least one container")
@@ -230,6 +256,7 @@ def _validate_template(c: _Checker, template: Any, path: str) -> None:
                     c.add(f"{path}.spec.volumes[{i}].name",
                           f"{v['name']!r} is reserved for the operator's volumes "
                           f"({', '.join(RESERVED_VOLUMES)}); rename the volume")
+    lim.check_pod_spec(c.add, spec, f"{path}.spec", RESERVED_VOLUMES)
     for key in ("nodeSelector",):
         m = spec.get(key)
         if m is not None and not isinstance(m, dict):

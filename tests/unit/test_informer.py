@@ -12,7 +12,7 @@ import urllib3
 
 from informers.factory import InformerFactory
 from informers.informer import SharedInformer
-from informers.reflector import Backoff
+from informers.reflector import Backoff, Reflector
 from informers.resources import CONFIGMAPS, PODS
 from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown
@@ -402,3 +402,49 @@ def test_slim_pod_keeps_what_the_controller_reads():
     assert "qosClass" not in s["status"] and s["status"]["phase"] == "Running"
     assert "managedFields" in pod["metadata"]  # the input is not modified
     assert strip_managed_fields(pod)["metadata"].keys() == s["metadata"].keys()
+
+
+def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
+    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut."""
+    client.list_pages = [page([cm("a", 5)], 10)]
+    client.watch_scripts = [ConnectionResetError("cut")] * 5 + [FakeStream([], end=False)]
+    inf, rec = make(client)
+    inf.reflector.backoff = Backoff(0.001, 10.0, jitter=0.0)
+    grown = []
+    real_next = inf.reflector.backoff.next
+    inf.reflector.backoff.next = lambda: grown.append(real_next()) or grown[-1]
+    inf.start()
+    try:
+        rec.wait(1)
+        wait = time.monotonic() + 3
+        while inf.reflector.current_stream is None and time.monotonic() < wait:
+            time.sleep(0.005)
+        assert inf.reflector.current_stream is not None
+        assert grown == [0.001, 0.002, 0.004, 0.008, 0.016]  # it did grow across the cuts
+        assert inf.reflector.backoff.next() == 0.001  # and the quiet watch reset it
+    finally:
+        inf.stop()
+
+
+def test_a_reflector_back_online_wakes_the_others_from_their_backoff():
+    """The network back for one watch is back for all: no cache waits out a long backoff (issue #14)."""
+    fast, slow = FakeClient(), FakeClient()
+    for c in (fast, slow):
+        c.list_pages = [page([], 10)]
+    fast.watch_scripts = [ConnectionResetError("cut"), FakeStream([], end=False)]
+    slow.watch_scripts = [ConnectionResetError("cut"), FakeStream([], end=False)]
+    noop = lambda *a: None  # noqa: E731
+    r_fast = Reflector(fast, CONFIGMAPS, noop, noop, backoff=Backoff(0.2, 0.2, jitter=0.0))
+    r_slow = Reflector(slow, CONFIGMAPS, noop, noop, backoff=Backoff(30.0, 30.0, jitter=0.0))
+    r_fast.on_reconnect = r_slow.retry_now
+    threads = [threading.Thread(target=r.run, daemon=True) for r in (r_slow, r_fast)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(slow.watch_queries) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(slow.watch_queries) == 2, "the slow reflector slept off its 30 s backoff"
+    finally:
+        r_fast.stop()
+        r_slow.stop()
