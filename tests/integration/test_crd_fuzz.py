@@ -6,7 +6,7 @@ Every MPIJob the API server accepts is decoded, as the server returned it, with 
 pinned release (hack/tools/decodecheck, strict): none may fail, since one such object in any
 namespace stops every Go informer of MPIJobs (Kueue's among them). Every refusal must name the field.
 
-Both CRDs are installed under groups of their own: the cluster is shared, and another test may apply
+Both CRDs are installed under groups and kinds of their own (FuzzMPIJob): the cluster is shared, another test may apply
 another version of mpijobs.kubeflow.org at any moment. The same fuzz against the schema this CRD
 replaced (pod templates `x-kubernetes-preserve-unknown-fields`) must find undecodable objects: the
 check can fail.
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.cluster
 CRD = ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
 SEED = int(os.environ.get("CRD_FUZZ_SEED", "20261203"))
 COUNT = int(os.environ.get("CRD_FUZZ_COUNT", "5000"))
+KIND, PLURAL = "FuzzMPIJob", "fuzzmpijobs"
 NEW_GROUP = "fuzz-new.mpijob-operator.dev"
 OLD_GROUP = "fuzz-old.mpijob-operator.dev"
 
@@ -50,17 +51,24 @@ def schema_of(crd: dict) -> dict:
 def install_copy(kubectl, group: str, old_templates: bool = False) -> str:
     """The generated CRD under `group` (Established), optionally with the pod templates it replaced."""
     crd = crd_doc()
-    crd["metadata"]["name"] = f"mpijobs.{group}"
+    crd["metadata"]["name"] = f"{PLURAL}.{group}"
     crd["spec"]["group"] = group
+    # Names of its own: with kind MPIJob, `kubectl get mpijob` elsewhere on the shared cluster could
+    # resolve to this copy (and kubectl's discovery cache keep it). The decoder ignores the kind.
+    crd["spec"]["names"] = {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": KIND.lower()}
     if old_templates:
         replicas = schema_of(crd)["properties"]["spec"]["properties"]["mpiReplicaSpecs"]["properties"]
         for rs in replicas.values():
             rs["properties"]["template"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(crd))
     # the condition may not be there yet right after the create: kubectl wait then fails at once
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", f"crd/mpijobs.{group}", "--timeout=30s",
-                               check=False).returncode == 0, timeout=60, what=f"crd/mpijobs.{group} Established")
-    return f"/apis/{group}/v2beta1"
+    wait_until(lambda: kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{group}", "--timeout=30s",
+                               check=False).returncode == 0, timeout=60, what=f"crd/{PLURAL}.{group} Established")
+    return f"/apis/{group}/v2beta1/namespaces/{{ns}}/{PLURAL}"
+
+
+def remove_copy(kubectl, group: str) -> None:
+    kubectl("delete", "crd", f"{PLURAL}.{group}", "--ignore-not-found", "--timeout=60s", timeout=90)
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +79,13 @@ def client(kubeconfig) -> RestClient:
 @pytest.fixture(scope="module")
 def new_crd(kubectl) -> Iterator[str]:
     yield install_copy(kubectl, NEW_GROUP)
-    kubectl("delete", "crd", f"mpijobs.{NEW_GROUP}", "--wait=false", check=False)
+    remove_copy(kubectl, NEW_GROUP)
 
 
 @pytest.fixture
 def old_crd(kubectl) -> Iterator[str]:
     yield install_copy(kubectl, OLD_GROUP, old_templates=True)
-    kubectl("delete", "crd", f"mpijobs.{OLD_GROUP}", "--wait=false", check=False)
+    remove_copy(kubectl, OLD_GROUP)
 
 
 def served(client: RestClient, path: str) -> None:
@@ -142,8 +150,8 @@ def test_decodecheck_refuses_what_go_refuses(decodecheck):
 def test_every_accepted_mpijob_decodes_and_every_refusal_names_the_field(client, decodecheck, namespace, new_crd):
     cases = Fuzzer(schema_of(crd_doc()), SEED).cases(COUNT)
     for c in cases:
-        c.body["apiVersion"] = f"{NEW_GROUP}/v2beta1"
-    path = f"{new_crd}/namespaces/{namespace}/mpijobs"
+        c.body["apiVersion"], c.body["kind"] = f"{NEW_GROUP}/v2beta1", KIND
+    path = new_crd.format(ns=namespace)
     served(client, path)
     t0 = time.monotonic()
     answers = submit_all(client, path, cases)
@@ -170,8 +178,8 @@ def test_every_accepted_mpijob_decodes_and_every_refusal_names_the_field(client,
 def test_the_fuzz_finds_what_the_old_schema_let_through(client, decodecheck, namespace, old_crd):
     cases = Fuzzer(schema_of(crd_doc()), SEED + 1).cases(400)
     for c in cases:
-        c.body["apiVersion"] = f"{OLD_GROUP}/v2beta1"
-    path = f"{old_crd}/namespaces/{namespace}/mpijobs"
+        c.body["apiVersion"], c.body["kind"] = f"{OLD_GROUP}/v2beta1", KIND
+    path = old_crd.format(ns=namespace)
     served(client, path)
     accepted = [a for _, a in submit_all(client, path, cases) if isinstance(a, dict)]
     bad = [d for d in decode_all(decodecheck, accepted) if not d["ok"]]
@@ -183,10 +191,10 @@ def test_replicas_are_defaulted_as_the_operator_reads_them(client, namespace, ne
     """Launcher 1 and Worker 0 are written into the object, so every client (Kueue counts pods from
     them) sees the counts the operator uses."""
     body = base_mpijob("defaults")
-    body["apiVersion"] = f"{NEW_GROUP}/v2beta1"
+    body["apiVersion"], body["kind"] = f"{NEW_GROUP}/v2beta1", KIND
     for rs in body["spec"]["mpiReplicaSpecs"].values():
         del rs["replicas"]
-    path = f"{new_crd}/namespaces/{namespace}/mpijobs"
+    path = new_crd.format(ns=namespace)
     served(client, path)
     got = client.request("POST", path, query={"dryRun": "All"}, body=body)["spec"]["mpiReplicaSpecs"]
     assert (got["Launcher"]["replicas"], got["Worker"]["replicas"]) == (1, 0)
