@@ -1,4 +1,4 @@
-"""The operator's command line (docs/architecture.md, "Command line") parsed into one immutable Options
+"""The operator's command line (docs/architecture.md section 5) parsed into one immutable Options
 value. The Kubeflow MPI Operator's flags are accepted too, with their upstream meaning
 (controller/upstream_flags.py)."""
 

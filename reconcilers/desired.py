@@ -1,4 +1,4 @@
-"""The desired children of an MPIJob (DESIGN.md section 1), for both worker backends.
+"""The desired children of an MPIJob (docs/architecture.md section 1), for both worker backends.
 
 Every builder takes the MPIJob *after* `defaults.with_defaults` and validation, and returns a complete
 object (apiVersion, kind, metadata with labels and the controller ownerReference). Nothing here reads

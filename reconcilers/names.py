@@ -1,4 +1,4 @@
-"""Names and labels of an MPIJob's children (DESIGN.md section 1).
+"""Names and labels of an MPIJob's children (docs/architecture.md section 1).
 
 For an MPIJob `pi` in namespace `ns`: Service `pi`, ConfigMap `pi-config`, Secret `pi-ssh`,
 launcher Job `pi-launcher`, workers (StatefulSet or Indexed Job) `pi-worker`, whose pods get the

@@ -1,4 +1,4 @@
-"""plan(inputs) -> Plan: the lifecycle of one MPIJob (DESIGN.md sections 1-2), as a pure function.
+"""plan(inputs) -> Plan: the lifecycle of one MPIJob (docs/architecture.md sections 1-3), as a pure function.
 
 Order of decisions:
 1. Not ours (`runPolicy.managedBy` set to anything but `Config.controller_name`): empty Plan.
