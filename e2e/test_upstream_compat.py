@@ -1,4 +1,5 @@
-"""A drop-in for the Kubeflow MPI Operator: its command line (docs/architecture.md, "Compatibility").
+"""A drop-in for the Kubeflow MPI Operator (docs/architecture.md section 6): its command line, and
+MPIJobs it started taken over.
 
 The operator is started with the arguments of upstream's install manifest (`-alsologtostderr
 --lock-namespace=mpi-operator`) and of its overlays (Go-style flags, camelCase `--kubeConfig`,
@@ -17,7 +18,22 @@ import sys
 import uuid
 from pathlib import Path
 
-from support import ROOT, OperatorProcess, apply, mpijob, wait_condition
+from support import (
+    EXIT_CODE,
+    JOB_NAME,
+    OPERATOR_LABEL,
+    ROLE,
+    ROOT,
+    RUN_FOR,
+    OperatorProcess,
+    apply,
+    conditions,
+    get,
+    items,
+    live,
+    mpijob,
+    wait_condition,
+)
 
 from tests.waiting import wait_until
 
@@ -76,3 +92,71 @@ def test_version_flag_prints_and_exits(tmp_path):
         r = subprocess.run([sys.executable, "-m", "controller", flag], capture_output=True, text=True, cwd=ROOT,
                            timeout=60)
         assert r.returncode == 0 and r.stdout.startswith("mpijob-operator "), (r.stdout, r.stderr)
+
+
+# -- MPIJobs the upstream operator started (docs/architecture.md section 6.3) -----------------------
+
+
+def _owner(job: dict) -> list[dict]:
+    return [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": job["metadata"]["name"],
+             "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+
+
+def upstream_children(job: dict, ns: str, workers: int) -> list[dict]:
+    """What the upstream operator's controller creates for a running MPIJob `name`: ConfigMap, Secret,
+    Service and launcher Job labelled `app: <name>` only, and bare worker pods."""
+    name = job["metadata"]["name"]
+    meta = lambda n: {"name": n, "namespace": ns, "labels": {"app": name}, "ownerReferences": _owner(job)}  # noqa: E731
+    pod_labels = lambda role: {OPERATOR_LABEL: "mpi-operator", JOB_NAME: name, ROLE: role}  # noqa: E731
+    hosts = "".join(f"{name}-worker-{i}.{name}.{ns}.svc slots=1\n" for i in range(workers))
+    container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
+    out = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
+         "data": {"hostfile": hosts, "discover_hosts.sh": "#!/bin/sh\n"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": meta(f"{name}-ssh"), "type": "kubernetes.io/ssh-auth",
+         "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
+         "spec": {"clusterIP": "None", "selector": {OPERATOR_LABEL: "mpi-operator", JOB_NAME: name}}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(f"{name}-launcher"),
+         "spec": {"backoffLimit": 6, "template": {
+             "metadata": {"labels": pod_labels("launcher"), "annotations": {RUN_FOR: "8s", EXIT_CODE: "0"}},
+             "spec": {"restartPolicy": "Never", "hostname": f"{name}-launcher", "subdomain": name,
+                      "containers": [{**container, "command": ["mpirun", "/pi"]}]}}}},
+    ]
+    for i in range(workers):
+        out.append({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"{name}-worker-{i}", "namespace": ns, "ownerReferences": _owner(job),
+                                 "labels": {**pod_labels("worker"), "training.kubeflow.org/replica-index": str(i)}},
+                    "spec": {"hostname": f"{name}-worker-{i}", "subdomain": name, "restartPolicy": "Never",
+                             "containers": [{**container, "command": ["/usr/sbin/sshd", "-De"]}]}})
+    return out
+
+
+def test_mpijob_started_by_upstream_runs_to_its_end(kubectl, start_operator, namespace, backend):
+    job = mpijob("up", workers=2, policy="AtStartup")
+    apply(kubectl, namespace, job)
+    job = get(kubectl, namespace, "mpijob", "up")
+    for obj in upstream_children(job, namespace, 2):
+        kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(obj))
+    wait_until(lambda: len(live(items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=worker"))) == 2,
+               timeout=60, what="upstream's worker pods")
+
+    start_operator(backend, namespace)
+    wait_condition(kubectl, namespace, "up", "Succeeded", timeout=120)
+    jobs = {j["metadata"]["name"] for j in items(kubectl, namespace, "jobs")}
+    assert jobs == {"up-launcher"}, f"a second launcher or a worker Job was created: {jobs}"
+    assert not items(kubectl, namespace, "statefulsets")
+    launchers = items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=launcher")
+    assert len(launchers) == 1, "one launcher pod: upstream's"
+    # upstream's children are adopted (our labels added), and the bare workers stopped at the end
+    for kind, name in (("configmap", "up-config"), ("secret", "up-ssh"), ("service", "up"), ("job", "up-launcher")):
+        labels = get(kubectl, namespace, kind, name)["metadata"]["labels"]
+        assert labels.get(OPERATOR_LABEL) == "mpi-operator" and labels.get("app") == "up", (kind, labels)
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=worker")), timeout=60,
+               what="the bare workers stopped (cleanPodPolicy Running)")
+    conds = conditions(kubectl, namespace, "up")
+    assert conds["Created"]["status"] == "True" and conds["Succeeded"]["status"] == "True"
+    # and clean-up as usual: deleting the MPIJob deletes what upstream made
+    kubectl("-n", namespace, "delete", "mpijob", "up", "--wait=true", "--timeout=60s", timeout=90)
+    wait_until(lambda: get(kubectl, namespace, "job", "up-launcher") is None
+               and get(kubectl, namespace, "configmap", "up-config") is None, timeout=60, what="garbage collection")

@@ -176,6 +176,8 @@ class _Planner:
             refs = meta.get("ownerReferences") or []
             owner = next((r.get("name") for r in refs if isinstance(r, dict) and r.get("controller")), None)
             role = owners.get(owner)
+            if role is None and n.is_controlled_by(pod, self.job):
+                role = n.ROLE_WORKER  # a bare worker pod of the upstream operator (upstream_shaped)
             if role is None or labels.get(n.JOB_ROLE_LABEL) != role:
                 continue
             (workers if role == n.ROLE_WORKER else launchers).append(pod)
@@ -283,10 +285,30 @@ class _Planner:
 
     # -- workers and launcher ---------------------------------------------------------------------
 
+    def upstream_shaped(self) -> bool:
+        """Started by the upstream operator (docs/architecture.md section 6.3): its workers are bare pods
+        controlled by the MPIJob, its launcher Job has no template hash of ours. Such a job is run out
+        on that shape: no worker Job or StatefulSet (its names would clash with the bare pods'), no
+        repair of the launcher, the bare workers deleted when it ends."""
+        if self.obs.workers is not None:
+            return False
+        lau = self.obs.launcher
+        if self.owned(lau) and n.TEMPLATE_HASH_ANNOTATION not in ((lau.get("metadata") or {}).get("annotations")
+                                                                  or {}):
+            return True
+        return any(n.is_controlled_by(p, self.job) for p in self.worker_pods)
+
+    def bare_workers_ready(self) -> int:
+        return sum(1 for p in self.worker_pods if dz.is_pod_active(p) and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []))
+
     def workers_ready(self) -> bool:
         count = dz.worker_replicas(self.job)
         if count == 0:
             return True
+        if self.upstream_shaped():
+            return self.bare_workers_ready() >= count
         w = self.obs.workers
         if not self.owned(w):
             return False
@@ -303,6 +325,12 @@ class _Planner:
         return int((lau.get("status") or {}).get("ready") or 0) > 0
 
     def sync_workers(self, running: bool) -> None:
+        if self.upstream_shaped():
+            if not running:  # stop the bare workers, as upstream does when the job ends
+                for pod in self.worker_pods:
+                    if n.is_controlled_by(pod, self.job) and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                        self.p.deletes.append(self.delete(pod, "the MPIJob has finished: stop its worker"))
+            return
         want = dz.workers(self.job, self.config, running=running)
         have = self.obs.workers
         sts = self.config.worker_backend == "statefulset"
@@ -331,8 +359,8 @@ class _Planner:
             if running and (not wait or self.workers_ready()):
                 self.p.creates.append(Create(want))
             return
-        if not self.owned(have):
-            return
+        if not self.owned(have) or self.upstream_shaped():
+            return  # (an upstream launcher Job runs as upstream made it: its template is immutable)
         if running and df.recreate_on_resume(want, have):
             self.p.deletes.append(self.delete(have, "resume: recreate the launcher from the current template"))
             return
