@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint unit fuzz integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd lint unit fuzz integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -22,6 +22,9 @@ $(PY): pyproject.toml
 	@touch $(PY)
 
 venv: $(PY) ## the Python environment (.venv) with the operator and test tools
+
+crd: $(PY) ## regenerate manifests/crd/ from hack/crd/mpijobs.base.yaml and the pinned release's OpenAPI
+	PY=$(PY) hack/gen-crd.sh
 
 lint: $(PY) ## ruff over all Python code
 	@echo ">> ruff"

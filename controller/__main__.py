@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     client = RestClient.from_kubeconfig(opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst)
+    if opts.master:  # upstream's --master: the API server's address, over the kubeconfig's
+        client.api_client.configuration.host = opts.master
+    if opts.ignored_flags:
+        log.info("upstream logging flags accepted and ignored: logs always go to stderr",
+                 flags=" ".join(opts.ignored_flags))
     elector = (
         LeaderElector(client, opts.leader_election_namespace, opts.leader_election_id, opts.identity)
         if opts.leader_elect else None
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         healthz=lambda: (True, "ok"),
         readyz=lambda: (synced.is_set(), "ok" if synced.is_set() else "informer caches not synced"),
     )
-    log.info("starting", version=_version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
+    log.info("starting", version=config._version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
              leader_elect=opts.leader_elect, identity=opts.identity, **{f"{k}_port": v for k, v in ports.items()})
 
     _wait_for_crd(client, stop)
@@ -98,15 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     ctrl.shutdown()
     factory.stop()
     return 0
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("mpijob-operator")
-    except Exception:
-        return "dev"
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""The operator's command line (DESIGN.md section 3) parsed into one immutable Options value."""
+"""The operator's command line (docs/architecture.md section 5) parsed into one immutable Options
+value. The Kubeflow MPI Operator's flags are accepted too, with their upstream meaning
+(controller/upstream_flags.py)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import socket
+import sys
 import uuid
 from dataclasses import dataclass, fields
+
+from controller import upstream_flags
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class Options:
     queue_qps: float = 10.0
     queue_burst: int = 100
     gang_scheduling: str = ""
+    master: str = ""
+    ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
 
 def _positive_int(text: str) -> int:
@@ -55,11 +62,12 @@ def parser() -> argparse.ArgumentParser:
         description="Runs kubeflow.org/v2beta1 MPIJobs: workers as an Indexed Job or a StatefulSet, "
         "the launcher as a batch/v1 Job.",
     )
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+    p.add_argument("--kubeconfig", "--kubeConfig", default=os.environ.get("KUBECONFIG") or None,
                    help="path to a kubeconfig; default: $KUBECONFIG, else in-cluster, else ~/.kube/config")
     p.add_argument("--worker-backend", choices=("job", "statefulset"), default="job",
                    help="what runs the workers: an Indexed Job (default) or a StatefulSet")
-    p.add_argument("--namespace", default="", help="watch only this namespace (default: all)")
+    p.add_argument("--namespace", default=os.environ.get("KUBEFLOW_NAMESPACE", ""),
+                   help="watch only this namespace (default: $KUBEFLOW_NAMESPACE, else all)")
     p.add_argument("--threadiness", type=_positive_int, default=4, help="MPIJobs reconciled at once")
     p.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side limit of API calls/s")
     p.add_argument("--kube-api-burst", type=_positive_int, default=100, help="burst of API calls")
@@ -79,8 +87,10 @@ def parser() -> argparse.ArgumentParser:
                    help="runPolicy.managedBy value this operator acts on")
     p.add_argument("--log-format", choices=("json", "console"), default="console")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--queue-qps", type=float, default=10.0, help="overall retry rate of the work queue")
-    p.add_argument("--queue-burst", type=_positive_int, default=100)
+    p.add_argument("--queue-qps", "--controller-queue-rate-limit", type=float, default=10.0,
+                   help="overall retry rate of the work queue")
+    p.add_argument("--queue-burst", "--controller-queue-burst", type=_positive_int, default=100)
+    upstream_flags.add_flags(p)
     p.add_argument("--gang-scheduling", default="",
                    help="gang-schedule each MPIJob through a PodGroup: 'volcano', or the schedulerName of a "
                    "scheduler-plugins Coscheduling scheduler (default: off)")
@@ -88,11 +98,25 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str] | None = None) -> Options:
-    a = parser().parse_args(argv)
+    p = parser()
+    a = p.parse_args(upstream_flags.normalize_argv(sys.argv[1:] if argv is None else argv))
+    if a.show_version:
+        print(f"{p.prog} {_version()}")
+        sys.exit(0)
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    # Every Options field but identity is a flag of the same name (dashes for underscores).
-    flags = {f.name: getattr(a, f.name) for f in fields(Options) if f.name != "identity"}
-    return Options(identity=identity, **flags)
+    # Every Options field but these is a flag of the same name (dashes for underscores).
+    derived = {"identity": identity, **upstream_flags.overrides(a)}
+    flags = {f.name: getattr(a, f.name) for f in fields(Options) if f.name not in derived}
+    return Options(**flags, **derived)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mpijob-operator")
+    except Exception:
+        return "dev"
 
 
 def split_bind(address: str) -> tuple[str, int] | None:

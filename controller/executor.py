@@ -157,7 +157,7 @@ class Executor:
                     continue  # gone meanwhile: create it again
                 raise
             self._check_controller(mpijob, obj, current, r.path(meta.get("namespace"), meta["name"]))
-            return current
+            return self._adopt(obj, current)
         raise PredecessorChild(f"{obj['kind']} {meta['namespace']}/{meta['name']} keeps coming and going")
 
     @staticmethod
@@ -182,6 +182,21 @@ class Executor:
                 return False
             raise
         return True
+
+    def _adopt(self, want: dict, current: dict) -> dict:
+        """An object this MPIJob controls that lacks our labels was made by the upstream operator
+        (labels `app: <name>` only): add ours, once, so the label-filtered informers see it
+        (docs/architecture.md section 6.3)."""
+        labels = want["metadata"].get("labels") or {}
+        have = current["metadata"].get("labels") or {}
+        if labels.items() <= have.items():
+            return current
+        r = resource_for(want["apiVersion"], want["kind"])
+        meta = current["metadata"]
+        metrics.api_writes.labels("patch", want["kind"]).inc()
+        log.info("adopted", kind=want["kind"], name=meta["name"])
+        return self._call("PATCH", r.path(meta.get("namespace"), meta["name"]), content_type=MERGE_PATCH,
+                          body={"metadata": {"labels": labels, "resourceVersion": meta["resourceVersion"]}})
 
     def _patch(self, p: Patch, res: Result) -> None:
         r = resource_for(p.ref.api_version, p.ref.kind)

@@ -32,7 +32,9 @@ EXIT_ON_DELETE = "sim.mpijob-operator.dev/exit-code-on-delete"
 
 def install_crd(kubectl: Callable) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
+    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
+                               check=False).returncode == 0, timeout=90, what="the MPIJob CRD Established")
 
 
 def service_account_kubeconfig(out: Path) -> str:

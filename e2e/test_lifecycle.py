@@ -1,4 +1,4 @@
-"""Every MPIJob lifecycle of DESIGN.md section 1, end to end on the local cluster, for both worker
+"""Every MPIJob lifecycle of docs/architecture.md section 1, end to end on the local cluster, for both worker
 backends: the operator runs as a separate process with the ServiceAccount of manifests/, the
 Job, StatefulSet and garbage-collector controllers of kube-controller-manager do the rest, and
 kwok plays the pods (annotations steer how long a launcher runs and how it exits)."""

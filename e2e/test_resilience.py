@@ -1,5 +1,5 @@
 """The operator killed, replaced or loaded: the cluster still converges, with no duplicate child
-and no lost MPIJob (DESIGN.md section 4, reliability)."""
+and no lost MPIJob (docs/architecture.md section 7)."""
 
 from __future__ import annotations
 

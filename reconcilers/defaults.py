@@ -2,7 +2,8 @@
 
 They follow the Kubeflow MPI Operator's `SetDefaults_MPIJob`, with these documented differences:
 - `runPolicy.cleanPodPolicy` defaults to `Running` (upstream's Go default is `None` although its
-  doc comment says Running; DESIGN.md makes both Running and All stop the workers when the job ends).
+  doc comment says Running; docs/architecture.md section 1 makes both Running and All stop the
+  workers when the job ends).
 - `runPolicy.backoffLimit` defaults to 6 (the Job API's default, written out so it shows in plans).
 - The launcher's `restartPolicy` defaults to `Never` (upstream: OnFailure): every failed attempt is
   then a failed pod the launcher Job counts against backoffLimit, which the status shows as

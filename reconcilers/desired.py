@@ -1,4 +1,4 @@
-"""The desired children of an MPIJob (DESIGN.md section 1), for both worker backends.
+"""The desired children of an MPIJob (docs/architecture.md section 1), for both worker backends.
 
 Every builder takes the MPIJob *after* `defaults.with_defaults` and validation, and returns a complete
 object (apiVersion, kind, metadata with labels and the controller ownerReference). Nothing here reads
@@ -261,6 +261,10 @@ def worker_template(mpijob: Obj, config: Config) -> Obj:
     if not container.get("command") and not container.get("args"):
         container["command"] = ["/usr/sbin/sshd", "-De"]
     _add_env(container, [("K_MPI_JOB_ROLE", n.ROLE_WORKER)])
+    if _spec(mpijob).get("runLauncherAsWorker"):
+        # rank 0 is the launcher: the admission policy numbers the workers from 1
+        template["metadata"]["annotations"] = {**(template["metadata"].get("annotations") or {}),
+                                               n.REPLICA_INDEX_OFFSET_ANNOTATION: "1"}
     return template
 
 
@@ -303,6 +307,8 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
     spec["subdomain"] = n.service_name(mpijob)
     spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][LAUNCHER].get("restartPolicy") or "Never"
     _add_env(container, launcher_env(mpijob))
+    if _spec(mpijob).get("runLauncherAsWorker"):
+        template["metadata"]["labels"][n.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
     _add_volume(spec, _config_volume(mpijob))
     _add_mount(container, CONFIG_VOLUME, HOSTFILE_DIR)
     return template

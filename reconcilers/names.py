@@ -1,4 +1,4 @@
-"""Names and labels of an MPIJob's children (DESIGN.md section 1).
+"""Names and labels of an MPIJob's children (docs/architecture.md section 1).
 
 For an MPIJob `pi` in namespace `ns`: Service `pi`, ConfigMap `pi-config`, Secret `pi-ssh`,
 launcher Job `pi-launcher`, workers (StatefulSet or Indexed Job) `pi-worker`, whose pods get the
@@ -13,6 +13,11 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
 OPERATOR_NAME = "mpi-operator"
+# Upstream's rank order label (Kueue's topology-aware scheduling reads it): worker i gets i, or i+1
+# with runLauncherAsWorker; the launcher 0 only with runLauncherAsWorker. A worker's value comes from
+# manifests/admission/ (docs/architecture.md section 6.4), told the offset by this template annotation.
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+REPLICA_INDEX_OFFSET_ANNOTATION = "mpijob-operator.dev/replica-index-offset"
 
 API_GROUP = "kubeflow.org"
 API_VERSION = "kubeflow.org/v2beta1"

@@ -1,4 +1,4 @@
-"""plan(inputs) -> Plan: the lifecycle of one MPIJob (DESIGN.md sections 1-2), as a pure function.
+"""plan(inputs) -> Plan: the lifecycle of one MPIJob (docs/architecture.md sections 1-3), as a pure function.
 
 Order of decisions:
 1. Not ours (`runPolicy.managedBy` set to anything but `Config.controller_name`): empty Plan.
@@ -216,6 +216,11 @@ class _Planner:
             refs = meta.get("ownerReferences") or []
             ref = next((r for r in refs if isinstance(r, dict) and r.get("controller")), {})
             role, owner = owners.get(ref.get("name"), (None, None))
+            if ref.get("name") not in owners and n.is_controlled_by(pod, self.job):
+                # a bare worker pod of the upstream operator (upstream_shaped): controlled by the MPIJob
+                if labels.get(n.JOB_ROLE_LABEL) == n.ROLE_WORKER:
+                    workers.append(pod)
+                continue
             if role is None or labels.get(n.JOB_ROLE_LABEL) != role:
                 continue
             owner_uid = (owner.get("metadata") or {}).get("uid") if self.owned(owner) else None
@@ -346,10 +351,30 @@ class _Planner:
 
     # -- workers and launcher ---------------------------------------------------------------------
 
+    def upstream_shaped(self) -> bool:
+        """Started by the upstream operator (docs/architecture.md section 6.3): its workers are bare pods
+        controlled by the MPIJob, its launcher Job has no template hash of ours. Such a job is run out
+        on that shape: no worker Job or StatefulSet (its names would clash with the bare pods'), no
+        repair of the launcher, the bare workers deleted when it ends."""
+        if self.obs.workers is not None:
+            return False
+        lau = self.obs.launcher
+        if self.owned(lau) and n.TEMPLATE_HASH_ANNOTATION not in ((lau.get("metadata") or {}).get("annotations")
+                                                                  or {}):
+            return True
+        return any(n.is_controlled_by(p, self.job) for p in self.worker_pods)
+
+    def bare_workers_ready(self) -> int:
+        return sum(1 for p in self.worker_pods if dz.is_pod_active(p) and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []))
+
     def workers_ready(self) -> bool:
         count = dz.worker_replicas(self.job)
         if count == 0:
             return True
+        if self.upstream_shaped():
+            return self.bare_workers_ready() >= count
         w = self.workers
         if not self.owned(w) or _deleting(w):
             return False
@@ -388,6 +413,12 @@ class _Planner:
     def sync_workers(self, running: bool) -> None:
         if not isinstance(self.spec()["mpiReplicaSpecs"].get(WORKER), dict):
             return  # no Worker replica spec (the CRD allows it): the launcher runs alone
+        if self.upstream_shaped():
+            if not running:  # stop the bare workers, as upstream does when the job ends
+                for pod in self.worker_pods:
+                    if n.is_controlled_by(pod, self.job) and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                        self.p.deletes.append(self.delete(pod, "the MPIJob has finished: stop its worker"))
+            return
         want = dz.workers(self.job, self.config, running=running)
         have = self.workers
         sts = self.config.worker_backend == "statefulset"
@@ -430,8 +461,8 @@ class _Planner:
                 else:
                     self.p.creates.append(Create(want))
             return
-        if not self.owned(have) or _deleting(have):
-            return
+        if not self.owned(have) or _deleting(have) or self.upstream_shaped():
+            return  # (an upstream launcher Job runs as upstream made it: its template is immutable)
         if running and df.recreate_on_resume(want, have):
             self.recreate(have, "resume: recreate the launcher from the current template")
             return

@@ -33,7 +33,7 @@ rm -rf "$key"
 printf '%s-worker-0.%s.%s.svc slots=2\n%s-worker-1.%s.%s.svc slots=2\n' "$JOB" "$JOB" "$NS" "$JOB" "$JOB" "$NS" |
   k create configmap "$JOB-config" --from-file=hostfile=/dev/stdin >/dev/null
 
-# The pod template of a launcher or worker, as the operator renders it (DESIGN.md section 1).
+# The pod template of a launcher or worker, as the operator renders it (docs/architecture.md section 1).
 template() {  # template <hostname or ""> <role> <restartPolicy> <command json>
   cat <<EOF
 metadata:

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.cluster
 def client(kubeconfig, kubectl) -> RestClient:
     kubectl("apply", "--server-side", "--force-conflicts", "-f",
             str(ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"))
-    kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
+    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
+                               check=False).returncode == 0, timeout=90, what="the MPIJob CRD Established")
     return RestClient.from_kubeconfig(kubeconfig, qps=100, burst=100)
 
 

@@ -140,7 +140,9 @@ def crd_installed(kubectl) -> str:
     """The MPIJob CRD from manifests/crd/, applied for real and Established."""
     kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpijob-operator-tests",
             "-f", str(CRD))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/mpijobs.kubeflow.org", timeout=90)
+    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
+    wait_until(lambda: kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/mpijobs.kubeflow.org",
+                               check=False, timeout=60).returncode == 0, timeout=90, what="the MPIJob CRD Established")
     return "mpijobs.kubeflow.org"
 
 

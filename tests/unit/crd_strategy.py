@@ -127,6 +127,10 @@ def from_schema(schema: dict, path: str = "") -> st.SearchStrategy[Any]:
         return CEL_VALUES[path]
     if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
         return pod_templates if name == "template" else garbage
+    if name == "template" and schema.get("properties"):
+        # The full PodTemplateSpec schema (manifests/crd): templates a user would write most of the
+        # time, and anything that schema admits now and then.
+        return _mostly(pod_templates, _object(schema, path))
     if schema.get("x-kubernetes-int-or-string") or "anyOf" in schema:
         return st.integers(-1, 10**6) | small_text
     if "enum" in schema:

@@ -108,3 +108,41 @@ def test_invalid_values_are_refused(argv, capsys):
 ])
 def test_split_bind(address, want):
     assert split_bind(address) == want
+
+
+# -- the Kubeflow MPI Operator's flags (controller/upstream_flags.py) --------------------------------
+
+@pytest.mark.parametrize("argv,want", [
+    (["-alsologtostderr", "--lock-namespace=mpi-operator"],
+     {"leader_elect": True, "leader_election_namespace": "mpi-operator", "ignored_flags": ("--alsologtostderr",)}),
+    (["--kubeConfig=/k"], {"kubeconfig": "/k"}),
+    (["-kubeConfig", "/k"], {"kubeconfig": "/k"}),
+    (["--master=https://10.0.0.1:6443"], {"master": "https://10.0.0.1:6443"}),
+    (["--monitoring-port=8443"], {"metrics_bind_address": ":8443"}),
+    (["--monitoring-port=0"], {"metrics_bind_address": "0"}),
+    (["--controller-queue-rate-limit=20", "--controller-queue-burst=200"], {"queue_qps": 20.0, "queue_burst": 200}),
+    (["-threadiness=2", "-kube-api-qps=5", "-kube-api-burst=10"],
+     {"threadiness": 2, "kube_api_qps": 5.0, "kube_api_burst": 10}),
+    (["--cluster-domain=cluster.local", "--namespace=ns"], {"cluster_domain": "cluster.local", "namespace": "ns"}),
+    (["-v=4"], {"log_level": "debug"}),
+    (["-v", "2"], {"log_level": "info"}),
+    (["-logtostderr=false", "-log_dir=/tmp", "--stderrthreshold=INFO"],
+     {"ignored_flags": ("--logtostderr", "--log_dir", "--stderrthreshold")}),
+])
+def test_upstream_flags_have_their_upstream_meaning(argv, want, monkeypatch):
+    monkeypatch.delenv("KUBEFLOW_NAMESPACE", raising=False)
+    o = parse(argv)
+    assert {k: getattr(o, k) for k in want} == want
+
+
+def test_kubeflow_namespace_env_is_the_default_namespace(monkeypatch):
+    monkeypatch.setenv("KUBEFLOW_NAMESPACE", "kubeflow")
+    assert parse([]).namespace == "kubeflow"
+    assert parse(["--namespace=other"]).namespace == "other"
+
+
+@pytest.mark.parametrize("argv", [["--monitoring-port=70000"], ["-alsologtostderr=maybe"], ["-v=high"]])
+def test_invalid_upstream_values_are_refused(argv):
+    with pytest.raises(SystemExit) as e:
+        parse(argv)
+    assert e.value.code == 2

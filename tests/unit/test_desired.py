@@ -231,3 +231,18 @@ def test_hostfile_lists_the_dns_names_of_the_backends_pods(name, ns, workers, do
     hosts = [line.split()[0].split(":")[0] for line in dz.hostfile(job, cfg).splitlines()]
     assert hosts == pod_dns_names(dz.workers(job, cfg), ns, domain)
     assert all(len(h.split(".")[0]) <= 63 for h in hosts)
+
+
+@pytest.mark.parametrize("backend", ["job", "statefulset"])
+@pytest.mark.parametrize("launcher_as_worker", [False, True])
+def test_replica_index_as_upstream(backend, launcher_as_worker):
+    """The launcher's replica-index label is in its template (0, only with runLauncherAsWorker); the
+    workers' comes at admission (manifests/admission/) with the offset their template announces."""
+    job = job_of(workers=2, spec={"runLauncherAsWorker": launcher_as_worker})
+    cfg = Config(worker_backend=backend)
+    launcher = dz.launcher_template(job, cfg)["metadata"]
+    worker = dz.worker_template(job, cfg)["metadata"]
+    assert launcher["labels"].get(n.REPLICA_INDEX_LABEL) == ("0" if launcher_as_worker else None)
+    assert n.REPLICA_INDEX_LABEL not in worker["labels"]
+    assert (worker.get("annotations") or {}).get(n.REPLICA_INDEX_OFFSET_ANNOTATION) == (
+        "1" if launcher_as_worker else None)

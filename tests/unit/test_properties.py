@@ -120,8 +120,8 @@ def ev_ready(job, obs, backend):
 
 
 def ev_launcher_runs(job, obs, backend):
-    if obs.launcher is None:
-        return obs
+    if obs.launcher is None or obs.launcher["spec"].get("suspend"):
+        return obs  # a suspended Job runs no pod
     return replace(obs, launcher=with_status(obs.launcher, active=1, ready=1), pods=[*obs.pods, pod(job, "launcher")])
 
 
