@@ -146,6 +146,8 @@ def build_prometheus() -> tuple[Path, Path]:
 def local_config(generated: str, kubeconfig: str, rules_dir: Path) -> str:
     """The Prometheus Operator's configuration, for a Prometheus on the host: service discovery
     through the local API server, the rule files where the test writes them, a short interval."""
+    # what the Prometheus Operator's config-reloader substitutes from the pod's environment
+    generated = generated.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{PROM}-0")
     cfg = yaml.safe_load(generated)
     cfg.setdefault("global", {}).update({"scrape_interval": "2s", "evaluation_interval": "2s"})
     for sc in cfg.get("scrape_configs") or []:
