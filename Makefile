@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv crd lint unit fuzz integration e2e test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd lint unit fuzz integration e2e test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -65,6 +65,9 @@ run: $(PY) ## the operator in the foreground against $$KUBECONFIG, or the local 
 
 demo: $(PY) ## from nothing: cluster up, operator started, examples/pi.yaml to Succeeded with both backends
 	$(PY) hack/demo.py
+
+demo-deployed: $(PY) ## the operator as a Deployment on the real node: pi through it, a failover, Prometheus's figures
+	$(PY) -m pytest e2e/test_deployed.py -q -s -p no:cacheprovider
 
 bench: $(PY) ## the benchmarks: a table on stdout, JSON in bench/results/
 	@mkdir -p bench/results

@@ -109,6 +109,7 @@ def test_pi_by_mpirun_through_the_deployed_operator(kubectl, deployed):
                               "training.kubeflow.org/job-role=launcher", "-o", "json").stdout)["items"]
     logs = "\n".join(kubectl("-n", JOBS_NS, "logs", p["metadata"]["name"]).stdout for p in pods)
     assert "pi is approximately 3.14159" in logs, logs
+    print("[deployed] launcher:\n" + "\n".join(f"    {line}" for line in logs.strip().splitlines()))
 
 
 def test_the_standby_takes_over_when_the_leader_pod_is_deleted(kubectl, deployed):
@@ -259,6 +260,10 @@ def test_jobs_successful_rises_after_an_mpijob_succeeds(kubectl, prometheus):
     wait_condition(kubectl, JOBS_NS, "counted", "Succeeded", timeout=240)
     wait_until(lambda: (value(prometheus, total) or 0) >= (before or 0) + 1, 60,
                what=f"mpi_operator_jobs_successful_total above {before}")
+    for promql in ('up{namespace="mpi-operator"}', "sum(mpi_operator_is_leader)", total,
+                   'sum(workqueue_adds_total{name="mpijob"})', "mpi_operator:jobs_not_running:count"):
+        got = {x["metric"].get("pod", ""): x["value"][1] for x in query(prometheus, promql)}
+        print(f"[monitoring] {promql} = {got}")
 
 
 def test_the_shipped_rules_load_and_evaluate(prometheus):
