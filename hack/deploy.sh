@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make deploy` / `make undeploy`.
-#   On the local cluster (KUBECONFIG unset, or .cluster/kubeconfig): the CRD and RBAC of manifests/,
+#   On the local cluster (KUBECONFIG unset, or .cluster/kubeconfig): the CRD, RBAC and admission
+#   policies of manifests/,
 #   then manifests/local (the Deployment on the real node, image from hack/image.sh, pinned to the
 #   image's content hash so that a rebuild rolls the pods); waits for both replicas to be Ready.
 #   Elsewhere: kubectl apply -k manifests/ as it is (the image mpijob-operator:dev: see README).
-#   undeploy: the Deployment, its Service and PDB, and the RBAC; the CRD is kept, since deleting
+#   undeploy: the Deployment, its Service and PDB, the RBAC and the admission policies; the CRD is kept, since deleting
 #   it deletes every MPIJob of the cluster (kubectl delete -f manifests/crd/ does that).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +26,7 @@ case ${1:-deploy} in
     k apply --server-side --force-conflicts -f "$root/manifests/crd/"
     k wait --for=condition=Established crd/mpijobs.kubeflow.org --timeout=60s >/dev/null
     k apply -k "$root/manifests/rbac/"
+    k apply -k "$root/manifests/admission/"
     k apply -k "$root/manifests/local/"
     k -n mpi-operator set image deployment/mpi-operator "operator=$ref" >/dev/null
     log "waiting for the rollout of $ref"
@@ -37,6 +39,7 @@ case ${1:-deploy} in
       k delete -k "$root/manifests/operator/" --ignore-not-found
     fi
     k delete -k "$root/manifests/rbac/" --ignore-not-found
+    k delete -k "$root/manifests/admission/" --ignore-not-found
     ;;
   *) echo "usage: $0 deploy|undeploy" >&2; exit 2 ;;
 esac
