@@ -265,7 +265,9 @@ def test_over_quota_mpijob_waits_suspended_without_pods_until_the_first_finishes
     wait_until(lambda: workload(kubectl, namespace, "two"), 30, what="Workload of two")
 
     # Until one has finished, two stays suspended, without a single pod.
+    deadline = now() + 90
     while conditions(kubectl, namespace, "one").get("Succeeded", {}).get("status") != "True":
+        assert now() < deadline, f"one never succeeded: {conditions(kubectl, namespace, 'one')}"
         assert mpijob_suspended(kubectl, namespace, "two")
         assert not all_pods(kubectl, namespace, "two")
         w = workload(kubectl, namespace, "two")
