@@ -90,7 +90,11 @@ class KueueProcess:
         self.ports = {"health": free_port(), "metrics": free_port(), "webhook": free_port()}
         certs = workdir / "webhook-certs"
         self_signed_cert(certs)
-        self_signed_cert(METRICS_CERT_DIR)
+        try:
+            self_signed_cert(METRICS_CERT_DIR)
+        except PermissionError as e:
+            raise AssertionError(f"Kueue needs a certificate in {METRICS_CERT_DIR} (hard-coded) and this user "
+                                 f"cannot write it: run as root, or create tls.crt/tls.key there once") from e
         config = workdir / "kueue-config.json"
         config.write_text(json.dumps(configuration(namespace, certs, self.ports), indent=1))
         self.started = time.monotonic()
