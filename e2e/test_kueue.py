@@ -125,7 +125,11 @@ def kueue(kueue_crds, kubeconfig, kueue_namespace, crd, tmp_path_factory) -> Ite
     """One Kueue for every test of this module (its configuration is global: see kueue.py)."""
     proc = KueueProcess(kueue_crds, kubeconfig, tmp_path_factory.mktemp("kueue"), kueue_namespace)
     try:
-        took = proc.wait_ready()
+        try:
+            took = proc.wait_ready()
+        except AssertionError:
+            print(f"\n--- kueue log ({proc.log_path}), last lines ---\n{proc.tail(80)}")
+            raise
         print(f"\nkueue ready in {took:.1f}s, log {proc.log_path}")
         yield proc
         print(f"\nkueue RSS at the end: {proc.rss_mib():.0f} MiB")
