@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv lint unit integration e2e e2e-kueue kueue test cluster-up cluster-down run demo bench kind-up kind-down image deploy undeploy clean
 
 help:
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
 
 $(PY): pyproject.toml
 	@echo ">> python environment in $(VENV)"
