@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from kueue import (
     RECOVERY_TIMEOUT_S,
     KueueProcess,
@@ -34,6 +35,7 @@ from kueue import (
     workload_priority_class,
 )
 from support import (
+    CRD,
     JOB_NAME,
     apply,
     conditions,
@@ -379,6 +381,16 @@ def test_pods_ready_is_read_from_the_status_and_a_recovered_worker_is_not_evicte
 
 
 
+def typed_templates(crd: Path) -> bool:
+    """Whether the CRD gives the Worker's pod template a schema (issue 11) instead of preserving
+    unknown fields, so that the API server itself refuses a malformed quantity."""
+    doc = yaml.safe_load(crd.read_text())
+    schema = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    template = schema["properties"]["spec"]["properties"]["mpiReplicaSpecs"]["properties"]["Worker"][
+        "properties"]["template"]
+    return "properties" in template and not template.get("x-kubernetes-preserve-unknown-fields")
+
+
 def malformed(job: dict) -> dict:
     """A worker template the API server stores with today's CRD but no Go client can decode."""
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {
@@ -396,7 +408,11 @@ def test_a_malformed_mpijob_does_not_stop_the_others_being_admitted(
     r = kubectl("-n", namespace, "apply", "-f", "-", check=False,
                 input=json.dumps(queued(malformed(mpijob("bad")), q.local)))
     # With the generated schema the API server refuses it, naming the field; today it is stored.
-    assert r.returncode == 0 or "limits" in r.stderr, r.stderr
+    if r.returncode != 0:
+        assert "limits" in r.stderr, r.stderr
+        if not typed_templates(CRD):
+            # The shared cluster's CRD is another worktree's (each test session applies its own).
+            pytest.skip(f"the cluster's MPIJob CRD refused the object, this tree's would not: {r.stderr.strip()}")
     try:
         submit(kubectl, namespace, mpijob("good", launcher_runs="2s"), q.local)
         wait_workload(kubectl, namespace, "good", "Admitted", timeout=30)
