@@ -9,10 +9,10 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv crd lint unit fuzz integration e2e test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd lint unit fuzz integration e2e e2e-kueue kueue test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
 
 help:
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
 
 $(PY): pyproject.toml
 	@echo ">> python environment in $(VENV)"
@@ -44,11 +44,19 @@ integration: $(PY) ## integration tests against the local cluster (started if ne
 	@echo ">> integration tests (local cluster)"
 	$(PY) -m pytest tests/integration -q $(PYTEST_ARGS)
 
-e2e: $(PY) ## end-to-end tests: the operator as a process on the local cluster, both backends
+kueue: ## build Kueue for e2e/test_kueue.py (hack/build-kueue.sh: cold 8-9 min, cached after)
+	@echo ">> kueue (hack/build-kueue.sh)"
+	hack/build-kueue.sh >/dev/null
+
+# Kueue is built before pytest starts, so a cold build is never inside a test's 600 s timeout.
+e2e: $(PY) kueue ## end-to-end tests: the operator as a process on the local cluster, both backends
 	@echo ">> end-to-end tests (local cluster)"
 	$(PY) -m pytest e2e -q $(PYTEST_ARGS)
 
-test: $(PY) ## lint, unit, integration and e2e tests (starts the local cluster itself)
+e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue.py)
+	$(PY) -m pytest e2e/test_kueue.py -q $(PYTEST_ARGS)
+
+test: $(PY) kueue ## lint, unit, integration and e2e tests (starts the local cluster itself)
 	@echo ">> lint"
 	$(VENV)/bin/ruff check .
 	@echo ">> all tests: unit, integration, e2e (the local cluster is started once and reused)"
