@@ -166,9 +166,12 @@ def test_kustomizations_render_the_expected_objects(kubectl):
         ("Service", NS, "mpi-operator-metrics"),
     }
     monitoring = render(kubectl, MANIFESTS / "monitoring")
-    assert [(d["apiVersion"], d["kind"]) for d in monitoring] == [
-        ("monitoring.coreos.com/v1", "ServiceMonitor")]
-    assert monitoring[0]["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sorted((d["apiVersion"], d["kind"]) for d in monitoring) == [
+        ("monitoring.coreos.com/v1", "PrometheusRule"), ("monitoring.coreos.com/v1", "ServiceMonitor")]
+    by_kind = {d["kind"]: d for d in monitoring}
+    assert by_kind["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
+    alerts = {r["alert"] for g in by_kind["PrometheusRule"]["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert alerts == {"MPIOperatorNoLeader", "MPIOperatorReconcileErrors", "MPIJobStuck", "MPIOperatorReconcileHung"}
 
     full = render(kubectl, MANIFESTS)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in full}
