@@ -109,7 +109,12 @@ def second_scheduler(kubeconfig: str, workdir: Path) -> Iterator[SecondScheduler
     commands = {
         "scheduler": [str(bin_dir / "scheduler"), f"--config={cfg}", "--bind-address=127.0.0.1",
                       f"--secure-port={sched_port}", f"--authentication-kubeconfig={kubeconfig}",
-                      f"--authorization-kubeconfig={kubeconfig}", "--v=2"],
+                      f"--authorization-kubeconfig={kubeconfig}", "--v=2",
+                      # A gang the Coscheduling plugin rejected is requeued on a pod Add or a PodGroup
+                      # change only, not when the pods in its way go: in a quiet cluster it would
+                      # wait for the 5-minute flush of unschedulable pods. (A busy cluster adds pods
+                      # all the time; this cluster's tests do not.)
+                      "--pod-max-in-unschedulable-pods-duration=5s"],
         "controller": [str(bin_dir / "controller"), f"--metricsAddr=127.0.0.1:{_free_port()}",
                        f"--probeAddr=127.0.0.1:{_free_port()}", "--qps=50", "--burst=100"],
     }
