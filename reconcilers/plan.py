@@ -130,6 +130,7 @@ class _Planner:
             self.event("Normal", st.R_CREATED, f"MPIJob {self.key} is created.")
 
         self.worker_pods, self.launcher_pods, self.stale_pods = self.our_pods()
+        self.stale = self.stale_children()
         clash = self.clash() or self.inputs.taken
         failed = st.get_condition(self.status, st.FAILED)
         if failed is not None and failed.get("reason") == st.R_RESOURCE_EXISTS and not clash:
@@ -138,7 +139,7 @@ class _Planner:
         # Not an end: like InvalidSpec, no completionTime (so no TTL), cleared once the name is free.
         if clash and not st.is_finished(self.status) and self.cond(st.FAILED, "True", st.R_RESOURCE_EXISTS, clash):
             self.event("Warning", st.R_RESOURCE_EXISTS, clash)
-        if self.stale_children() and not st.is_finished(self.status):
+        if self.stale and not st.is_finished(self.status):
             # A previous MPIJob of this name left children that the garbage collector is removing
             # (delete and re-create under one name): wait for them, then create ours.
             self.requeue(STALE_RECHECK_SECONDS)
@@ -249,7 +250,7 @@ class _Planner:
         return out
 
     def clash(self) -> str | None:
-        stale = [id(o) for o in self.stale_children()]
+        stale = [id(o) for o in self.stale]
         for obj, kind in ((self.obs.service, "Service"), (self.obs.config_map, "ConfigMap"),
                           (self.obs.secret, "Secret"), (self.obs.launcher, "Job"), (self.workers, None),
                           (self.obs.pod_group, pg.KIND)):
