@@ -61,9 +61,9 @@ def mpijob(name: str, *, workers: int = 2, launcher_runs: str | None = "3s", lau
            policy: str = "WaitForWorkersReady", run_policy: dict | None = None, slots: int = 1) -> dict:
     """An MPIJob for simulated pods: the launcher 'runs' `launcher_runs` then exits `launcher_exit`
     (None: it runs until deleted); workers run until stopped."""
-    # mpirun stopped by SIGTERM exits non-zero (a launcher is a program, not a daemon); a worker
-    # with no annotation plays sshd, which exits 0 when its pod is deleted.
-    launcher_ann = {EXIT_ON_DELETE: "143"}
+    # mpirun stopped by SIGTERM exits 1 (seen on the real node: the image's mpirun in a deleted pod);
+    # a worker with no annotation plays sshd, which exits 0 when its pod is deleted.
+    launcher_ann = {EXIT_ON_DELETE: "1"}
     if launcher_runs is not None:
         launcher_ann = {RUN_FOR: launcher_runs, EXIT_CODE: str(launcher_exit)}
     container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
