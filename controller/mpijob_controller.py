@@ -37,6 +37,7 @@ from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names
+from reconcilers import pace as pc
 from reconcilers import refusal as rf
 from reconcilers import status as rst
 from reconcilers.plan import plan as make_plan
@@ -47,6 +48,10 @@ OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 POD_INDEX = "mpijob"
 TAKEN_RECHECK_SECONDS = 5.0  # how often a name taken by a foreign object is looked at again
 REFUSAL_RETRY_MAX = 10.0  # seconds: the longest wait before retrying a write refused for a while
+# A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
+# one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
+# (a Job's status, from which Running is read) still reconcile at once (docs/architecture.md section 3.1).
+POD_EVENT_BATCH_SECONDS = 0.5
 EVENT_METRICS = {
     "MPIJobCreated": metrics.jobs_created,
     "MPIJobSucceeded": metrics.jobs_successful,
@@ -94,6 +99,10 @@ class MPIJobController:
         # The last refused write of a child per MPIJob key (reconcilers/refusal.py); a key is worked by
         # one thread at a time, and only that thread reads or writes its entry.
         self.refusals: dict[str, rf.Refusal] = {}
+        # key -> when its pods last moved and since when its minor writes are held (reconcilers/pace.py).
+        # Written by the pod informer's thread and the key's worker: the lock keeps each entry whole.
+        self._pace: dict[str, pc.Pace] = {}
+        self._pace_lock = threading.Lock()
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
@@ -155,6 +164,8 @@ class MPIJobController:
         self.expectations.forget(key)
         self._taken.pop(key, None)
         self.refusals.pop(key, None)
+        with self._pace_lock:
+            self._pace.pop(key, None)
         with contextlib.suppress(KeyError):
             metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
         with contextlib.suppress(KeyError):
@@ -167,8 +178,11 @@ class MPIJobController:
             self.queue.add(owner)
 
     def _enqueue_pod_owner(self, pod: dict) -> None:
+        now = time.monotonic()
         for key in _pod_owner(pod):
-            self.queue.add(key)
+            with self._pace_lock:
+                self._pace.setdefault(key, pc.Pace()).last_pod_event = now
+            self.queue.add_after(key, POD_EVENT_BATCH_SECONDS)
 
     # ------------------------------------------------------------------ workers
     def run_workers(self) -> None:
@@ -264,6 +278,8 @@ class MPIJobController:
         mpijob = self.mpijobs.store.get(key)
         if mpijob is None:
             self.expectations.forget(key)
+            with self._pace_lock:
+                self._pace.pop(key, None)
             return
         taken = self._still_taken(key)
         if taken:
@@ -278,9 +294,10 @@ class MPIJobController:
             del self.refusals[key]  # the spec changed: try again
             refusal = None
         inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
-                        taken=taken)
+                        taken=taken, settle_s=self._settle(key))
         plan = make_plan(inputs)
         self._apply(key, mpijob, plan)
+        self._held(key, plan.held)
         if refusal is not None and not refusal.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
             self.refusals.pop(key, None)
@@ -316,6 +333,25 @@ class MPIJobController:
                 metrics.job_not_running_since.remove(ns, name)
         else:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
+
+    def _settle(self, key: str) -> float:
+        with self._pace_lock:
+            return pc.settle_remaining(self._pace.get(key), time.monotonic())
+
+    def _held(self, key: str, held: bool) -> None:
+        """Remember since when this key's minor writes are held (the cap of pace.py counts from there);
+        forget a key whose pods are quiet, so the map holds only MPIJobs whose pods move."""
+        now = time.monotonic()
+        with self._pace_lock:
+            pace = self._pace.get(key)
+            if pace is None:
+                return
+            if held:
+                pace.held_since = pace.held_since or now
+            elif pc.settle_remaining(pc.Pace(pace.last_pod_event), now) == 0:
+                del self._pace[key]
+            else:
+                pace.held_since = None
 
     def _still_taken(self, key: str) -> str | None:
         """The message of a name found taken by a foreign object, while that object exists."""

@@ -38,6 +38,7 @@ from reconcilers import backend as bk
 from reconcilers import desired as dz
 from reconcilers import diff as df
 from reconcilers import names as n
+from reconcilers import pace as pc
 from reconcilers import podgroup as pg
 from reconcilers import refusal as rf
 from reconcilers import status as st
@@ -80,6 +81,8 @@ class _Planner:
         self.config = replace(inputs.config, worker_backend=self.choice.backend)
         self.workers = self.choice.workers
         self.p = Plan()
+        # Writes that only follow pods (discover_hosts.sh), held or carried by finish_status().
+        self.minor: list[df.Patch] = []
         self.old_status = st.copy_status(self.raw)
         self.status = st.copy_status(self.raw)
         self.ns = n.job_namespace(self.job)
@@ -105,7 +108,17 @@ class _Planner:
         return self.job["spec"]
 
     def finish_status(self) -> Plan:
-        if self.status != self.old_status:
+        """The plan, with the minor writes (reconcilers/pace.py) held while the pods still move, unless
+        another write of this plan carries them."""
+        changed = self.status != self.old_status
+        minor_status = changed and pc.status_minor_only(self.old_status, self.status)
+        major = self.p.writes > 0 or self.p.events or (changed and not minor_status)
+        if not major and (minor_status or self.minor) and self.inputs.settle_s > 0:
+            self.p.held = True
+            self.requeue(self.inputs.settle_s)
+            return self.p
+        self.p.patches.extend(self.minor)
+        if changed:
             self.p.status = self.status
         return self.p
 
@@ -328,7 +341,9 @@ class _Planner:
                 self.p.creates.append(Create(want))
             elif self.owned(have):
                 patch = df.diff(want, have)
-                if patch:
+                if patch and field == "config_map" and _only_discover_hosts(want, have):
+                    self.minor.append(patch)
+                elif patch:
                     self.p.patches.append(patch)
         sec = self.obs.secret
         if sec is None:
@@ -586,6 +601,13 @@ _NO_KEY = dz.SSHKey("", "")
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
 # delete events requeue the MPIJob anyway; this is the safety net).
 STALE_RECHECK_SECONDS = 1.0
+
+
+def _only_discover_hosts(want: Obj, have: Obj) -> bool:
+    """The ConfigMap differs from the cache in discover_hosts.sh alone (a minor write, pace.py)."""
+    data = have.get("data") if isinstance(have.get("data"), dict) else {}
+    same_hosts = {**want, "data": {**want["data"], dz.DISCOVER_HOSTS: data.get(dz.DISCOVER_HOSTS)}}
+    return df.diff(same_hosts, have) is None
 
 
 def _deleting(obj: Obj) -> bool:

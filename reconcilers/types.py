@@ -108,6 +108,8 @@ class Plan:
     requeue_after: float | None = None
     # Delete the MPIJob itself (ttlSecondsAfterFinished has run out).
     delete_mpijob: bool = False
+    # Minor writes (reconcilers/pace.py) were held back: planned again after `requeue_after`.
+    held: bool = False
 
     @property
     def writes(self) -> int:
@@ -139,3 +141,5 @@ class Inputs:
     # A child's name that the last apply found taken by an object this MPIJob does not control and
     # the caches cannot show (not labelled as ours): the message to report, until the name is free.
     taken: str | None = None
+    # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
+    settle_s: float = 0.0
