@@ -6,10 +6,15 @@ number of MPIJobs submitted at once (docs/architecture.md section 7):
 - latency, MPIJob submitted -> its launcher Job created: from server timestamps (creationTimestamps,
   one-second resolution) and from local clocks (create request sent -> launcher Job seen by a watch);
   p50, p95, max;
-- API requests per MPIJob sent by the operator (its /metrics, rest_client_requests_total by method)
-  and the writes its executor sent (mpi_operator_api_writes_total by verb);
+- API requests and writes per MPIJob, by verb and kind, counted by the API server (its audit log of the
+  operator's ServiceAccount: bench/apiserver_meter.py), Events included; next to them the operator's
+  own counts (its /metrics: rest_client_requests_total by method, mpi_operator_api_writes_total by
+  verb), which must agree;
+- steady state: the writes in STEADY_SECONDS once every MPIJob is Running and the operator quiet (0
+  with leader election off; one run with it on, where the Lease renewals alone are expected);
 - CPU seconds (user+system, /proc/<pid>/stat) of the operator process, its peak RSS (VmHWM), its RSS
-  when ready with nothing to do, and its RSS once every MPIJob is synced and the operator is quiet.
+  when ready with nothing to do, and its RSS once every MPIJob is synced and the operator is quiet;
+  optionally (--profile) where that CPU goes, from py-spy (bench/profile.py).
 
 Each run has a fresh namespace and a fresh operator process (`python -m controller`) that
 authenticates as the ServiceAccount of manifests/rbac (hack/operator-kubeconfig.sh). Pods are
@@ -17,7 +22,10 @@ simulated by kwok; launchers are annotated to "run" 10 minutes, so every MPIJob 
 MPIJobs use launcherCreationPolicy AtStartup (the API's default), so the launcher latency is the
 operator's, not the time kwok takes to make the workers ready.
 
-    python bench/bench_operator.py [--backends job,statefulset] [--sizes 1,100,1000]
+    python bench/bench_operator.py [--cases job:2:100,statefulset:8:100,...]
+
+BENCH_OPERATOR_ROOT=<checkout> runs that checkout's operator instead (a before/after comparison with
+the same benchmark).
 
 Uses $KUBECONFIG or .cluster/kubeconfig; starts the local cluster (hack/cluster-up.sh, REAL_NODE=0
 unless set) when it is not up. Fails (RuntimeError) with the MPIJobs that did not get to Running.
@@ -39,6 +47,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -48,11 +57,41 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "hack"))
 from operator_process import OperatorProcess, sum_by  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+import apiserver_meter as meter  # noqa: E402
+import cpu_profile  # noqa: E402
+
 from informers.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
 from informers.rest import ApiError, RestClient  # noqa: E402
 
 BACKENDS = ("job", "statefulset")
-SIZES = (1, 100, 1000)
+
+
+@dataclass(frozen=True)
+class Case:
+    backend: str
+    workers: int
+    mpijobs: int
+    leader_elect: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend[:3]} w={self.workers} n={self.mpijobs}" + (" LE" if self.leader_elect else "")
+
+
+# Every backend at 2 and 8 workers with 100 and 1000 MPIJobs (the throughput), 64 workers with 10
+# (writes must not grow with the workers), one MPIJob alone (latency), and one run with leader
+# election on (its steady state writes the Lease renewals alone).
+MATRIX = tuple(
+    [Case(b, 2, 1) for b in BACKENDS]
+    + [Case(b, w, n) for b in BACKENDS for w, n in ((2, 100), (8, 100), (64, 10), (2, 1000), (8, 1000))]
+    + [Case("job", 2, 10, leader_elect=True)])
+STEADY_SECONDS = 20.0
+PROFILED = Case("job", 8, 100)  # --profile samples this run's operator
+# Writes per MPIJob (Events included) of the Kubeflow MPI Operator v0.8.2, by 2 and 8 workers, counted
+# by a neutral proxy on this cluster (issue 16): what "a controller sending the Go operator's writes"
+# is bounded by, at the writes/s the API server sustains here (bench/bench_cluster.py).
+GO_WRITES_PER_MPIJOB = {2: 21.0, 8: 29.9}
 RUN_FOR = "sim.mpijob-operator.dev/run-for"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -243,10 +282,23 @@ def cleanup_namespace(client: RestClient, ns: str, wait_s: float) -> float:
         time.sleep(1)
 
 
-def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_dir: Path,
-            timeout: float, cleanup_wait_s: float) -> dict:
-    ns = f"bench-{backend[:3]}-{n}-{uuid.uuid4().hex[:5]}"
-    print(f">> operator benchmark: backend {backend}, {n} MPIJobs, namespace {ns}", file=sys.stderr, flush=True)
+def _audit(audit: meter.AuditMeter, mark: meter.Mark, ns: str | None, n: int) -> dict:
+    """The API server's count of the operator's requests since `mark` (in `ns`), per MPIJob."""
+    audit.settle()
+    counts = audit.count(mark, ns)
+    writes = meter.writes(counts)
+    return {"requests_per_mpijob": round(sum(counts.values()) / n, 2),
+            "writes_per_mpijob": round(sum(writes.values()) / n, 2),
+            "writes_per_mpijob_by_verb_kind": meter.per(writes, n),
+            "reads_per_mpijob_by_verb_kind": meter.per(counts - writes, n)}
+
+
+def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, timeout: float,
+            cleanup_wait_s: float, audit: meter.AuditMeter, operator_root: Path = ROOT,
+            profile_dir: Path | None = None) -> dict:
+    backend, n, workers = case.backend, case.mpijobs, case.workers
+    ns = f"bench-{backend[:3]}-{workers}-{n}-{uuid.uuid4().hex[:5]}"
+    print(f">> operator benchmark: {case.label}, namespace {ns}", file=sys.stderr, flush=True)
     client.request("POST", NAMESPACES.path(), body={"metadata": {"name": ns}})
     lock = threading.Lock()
     sent: dict[str, float] = {}
@@ -275,18 +327,24 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
 
     watches: list[Watch] = []
     op: OperatorProcess | None = None
-    result: dict = {"backend": backend, "mpijobs": n, "namespace": ns}
+    prof: cpu_profile.Profiler | None = None
+    result: dict = {"backend": backend, "workers": workers, "mpijobs": n, "leader_elect": case.leader_elect,
+                    "label": case.label, "namespace": ns}
     try:
         watches.append(Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start())
         watches.append(Watch(client, MPIJOBS, ns, on_mpijob).start())
-        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"operator-{backend}-{n}.log", OPERATOR_FLAGS)
+        flags = (*OPERATOR_FLAGS, "--leader-elect") if case.leader_elect else OPERATOR_FLAGS
+        log_name = f"operator-{backend}-w{workers}-n{n}{'-le' if case.leader_elect else ''}"
+        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"{log_name}.log", flags, root=operator_root)
         result["operator_ready_s"] = round(op.wait_ready(), 2)
         time.sleep(1)  # the first resync-free moment after the caches synced
-        idle, m0 = op.stats(), op.metrics()
+        if profile_dir is not None:
+            prof = cpu_profile.Profiler(op.proc.pid, profile_dir / f"{log_name}.raw")
+        idle, m0, mark = op.stats(), op.metrics(), audit.mark()
 
         def submit(i: int) -> None:
             name = f"mj-{i:04d}"
-            body = mpijob(name)
+            body = mpijob(name, workers=workers)
             for attempt in range(10):
                 t = time.monotonic()
                 try:
@@ -325,6 +383,19 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
         busy = op.stats()
         result["quiet_after_running_s"] = _wait_quiet(op)
         settled, m1 = op.stats(), op.metrics()
+        if prof is not None:
+            prof.stop()
+            result["profile"] = cpu_profile.summarize(prof.out)
+            prof = None
+        result["apiserver"] = _audit(audit, mark, ns, n)
+        # steady state: every MPIJob Running, nothing changes; with leader election on, the Lease (in its
+        # own namespace) is the one write expected, so that run counts the operator's writes anywhere
+        steady = audit.mark()
+        time.sleep(STEADY_SECONDS)
+        audit.settle()
+        result["steady_writes"] = meter.per(meter.writes(audit.count(
+            steady, None if case.leader_elect else ns)), 1)
+        result["steady_writes_total"] = sum(result["steady_writes"].values())
 
         jobs = {o["metadata"]["name"]: o for o in client.request("GET", MPIJOBS.path(ns))["items"]}
         launchers = {(o["metadata"].get("labels") or {}).get(JOB_NAME_LABEL): o for o in client.request(
@@ -348,6 +419,7 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
             "api_writes_per_mpijob": round((sum(wr1.values()) - sum(wr0.values())) / n, 2),
             "api_writes_per_mpijob_by_verb": _delta(wr1, wr0, n),
             "operator_cpu_s": round(settled["cpu_s"] - idle["cpu_s"], 2),
+            "operator_cpu_ms_per_mpijob": round(1000 * (settled["cpu_s"] - idle["cpu_s"]) / n, 1),
             "operator_cpu_s_to_running": round(busy["cpu_s"] - idle["cpu_s"], 2),
             "operator_cpu_s_total": round(settled["cpu_s"], 2),
             "operator_rss_ready_mib": idle["rss_mib"],
@@ -356,6 +428,8 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
             "watch_errors": sum(len(w.errors) for w in watches),
         })
     finally:
+        if prof is not None:
+            prof.stop()
         if op is not None:
             result["operator_exit_code"] = op.stop()
         for w in watches:
@@ -364,24 +438,38 @@ def run_one(client: RestClient, sa_kubeconfig: str, backend: str, n: int, log_di
     return result
 
 
-def run(backends: tuple[str, ...] | list[str] = BACKENDS, sizes: tuple[int, ...] | list[int] = SIZES,
-        kubeconfig: str | None = None, log_dir: Path | None = None, timeout: float | None = None) -> dict:
-    """Every (backend, size) run; `timeout` (default 120 s + 0.5 s per MPIJob) bounds the wait for Running
-    after the last create. Operator logs go to `log_dir` (default: a temporary directory, removed when
-    every run worked)."""
+def cases_of(spec: str) -> list[Case]:
+    """'job:2:100,statefulset:8:10,job:2:10:le' -> the Cases (backend:workers:MPIJobs[:le])."""
+    out = []
+    for item in filter(None, spec.split(",")):
+        backend, workers, n, *le = item.split(":")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} in {item!r}: choose from {BACKENDS}")
+        out.append(Case(backend, int(workers), int(n), leader_elect=le == ["le"]))
+    return out
+
+
+def run(cases: list[Case] | tuple[Case, ...] = MATRIX, kubeconfig: str | None = None, log_dir: Path | None = None,
+        timeout: float | None = None, profile: bool = False) -> dict:
+    """Every case in turn; `timeout` (default 120 s + 0.05 s per pod) bounds the wait for Running after
+    the last create. Operator logs (and py-spy's stacks of the PROFILED case) go to `log_dir` (default:
+    a temporary directory, removed when every run worked)."""
     admin = ensure_cluster(kubeconfig)
     client = RestClient.from_kubeconfig(admin, qps=0, burst=1)  # no client-side limit for the submitter
+    audit = meter.AuditMeter.of_cluster(Path(os.environ.get("CLUSTER_DIR") or Path(admin).resolve().parent))
+    operator_root = Path(os.environ.get("BENCH_OPERATOR_ROOT") or ROOT).resolve()
     tmp = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     logs = Path(log_dir) if log_dir else tmp
     logs.mkdir(parents=True, exist_ok=True)
-    runs = [(b, n) for b in backends for n in sizes]
     try:
         sa = operator_kubeconfig(tmp / "operator.kubeconfig", admin)
         results = []
-        for i, (b, n) in enumerate(runs):
-            last = i == len(runs) - 1
-            results.append(run_one(client, sa, b, n, logs, timeout if timeout is not None else 120 + 0.5 * n,
-                                   cleanup_wait_s=0 if last else 900))
+        for i, case in enumerate(cases):
+            last = i == len(cases) - 1
+            pods = case.mpijobs * (case.workers + 1)
+            results.append(run_one(client, sa, case, logs, timeout if timeout is not None else 120 + 0.05 * pods,
+                                   cleanup_wait_s=0 if last else 900, audit=audit, operator_root=operator_root,
+                                   profile_dir=logs if profile and case == PROFILED else None))
     except BaseException:
         print(f"bench: operator logs kept in {logs}", file=sys.stderr)
         with contextlib.suppress(OSError):
@@ -390,8 +478,14 @@ def run(backends: tuple[str, ...] | list[str] = BACKENDS, sizes: tuple[int, ...]
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"benchmark": "operator", "launcher_creation_policy": LAUNCHER_POLICY, "workers_per_mpijob": 2,
-            "operator_flags": list(OPERATOR_FLAGS), "submit_threads": SUBMIT_THREADS, "results": results}
+    return {"benchmark": "operator", "launcher_creation_policy": LAUNCHER_POLICY, "operator_root": str(operator_root),
+            "operator_commit": _commit(operator_root), "operator_flags": list(OPERATOR_FLAGS),
+            "submit_threads": SUBMIT_THREADS, "steady_seconds": STEADY_SECONDS, "results": results}
+
+
+def _commit(root: Path) -> str | None:
+    r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or None
 
 
 # --- the table ---------------------------------------------------------------------------------------
@@ -404,6 +498,9 @@ def _get(r: dict, path: str) -> object:
 
 ROWS = [
     ("MPIJobs Running per second", "running_per_s"),
+    ("  bound: cluster's pods Running/s / pods per MPIJob", "bound_pods"),
+    ("  bound: sustained writes/s / Go operator's writes", "bound_go_writes"),
+    ("  bound: sustained writes/s / these writes", "bound_own_writes"),
     ("first create -> last Running (s)", "all_running_s"),
     ("creates sent per second", "creates_per_s"),
     ("launcher latency p50, server timestamps (s)", "launcher_latency_server_s.p50"),
@@ -414,8 +511,12 @@ ROWS = [
     ("launcher latency max, create sent -> watch (s)", "launcher_latency_watch_s.max"),
     ("Running latency p50, create sent -> watch (s)", "running_latency_watch_s.p50"),
     ("Running latency p95, create sent -> watch (s)", "running_latency_watch_s.p95"),
-    ("API requests per MPIJob (operator)", "api_requests_per_mpijob"),
-    ("API writes per MPIJob (executor)", "api_writes_per_mpijob"),
+    ("API server: writes per MPIJob, Events included", "apiserver.writes_per_mpijob"),
+    ("API server: all requests per MPIJob", "apiserver.requests_per_mpijob"),
+    ("operator's count: requests per MPIJob", "api_requests_per_mpijob"),
+    ("operator's count: writes per MPIJob (executor)", "api_writes_per_mpijob"),
+    (f"steady state: writes in {STEADY_SECONDS:.0f} s", "steady_writes_total"),
+    ("operator CPU ms per MPIJob (ready -> quiet)", "operator_cpu_ms_per_mpijob"),
     ("operator CPU seconds (ready -> quiet)", "operator_cpu_s"),
     ("  of which ready -> last Running", "operator_cpu_s_to_running"),
     ("  process total, start included", "operator_cpu_s_total"),
@@ -423,20 +524,47 @@ ROWS = [
     ("operator peak RSS, VmHWM (MiB)", "operator_peak_rss_mib"),
     ("operator RSS idle after sync (MiB)", "operator_rss_idle_after_sync_mib"),
 ]
+# rows followed by their breakdown: (path of the total, path of the {key: value} breakdown)
+BREAKDOWNS = {
+    "apiserver.writes_per_mpijob": "apiserver.writes_per_mpijob_by_verb_kind",
+    "apiserver.requests_per_mpijob": "apiserver.reads_per_mpijob_by_verb_kind",
+    "api_requests_per_mpijob": "api_requests_per_mpijob_by_method",
+    "api_writes_per_mpijob": "api_writes_per_mpijob_by_verb",
+    "steady_writes_total": "steady_writes",
+}
+
+
+def add_bounds(out: dict, cluster: dict | None) -> None:
+    """The throughput the cluster allows each run (bench/bench_cluster.py), next to the operator's."""
+    if not cluster:
+        return
+    pods_per_s = cluster["pod_creation"]["running_per_s"]
+    writes_per_s = cluster["sustained_writes"]["writes_per_s"]
+    for r in out["results"]:
+        r["bound_pods"] = round(pods_per_s / (r["workers"] + 1), 1)
+        go = GO_WRITES_PER_MPIJOB.get(r["workers"])
+        r["bound_go_writes"] = round(writes_per_s / go, 1) if go else None
+        own = _get(r, "apiserver.writes_per_mpijob")
+        r["bound_own_writes"] = round(writes_per_s / own, 1) if own else None
 
 
 def rows(out: dict) -> tuple[list[str], list[tuple[str, list[object]]]]:
-    """Column headers (one per run) and (label, values) rows, API requests and writes split by method."""
+    """Column headers (one per run) and (label, values) rows, requests and writes split by verb and kind."""
     res = out["results"]
-    cols = [f"{r['backend'][:3]} n={r['mpijobs']}" for r in res]
+    cols = [r.get("label") or f"{r['backend'][:3]} n={r['mpijobs']}" for r in res]
     body: list[tuple[str, list[object]]] = []
     for label, path in ROWS:
         body.append((label, [_get(r, path) for r in res]))
-        if path in ("api_requests_per_mpijob", "api_writes_per_mpijob"):
-            key = f"{path}_by_{'method' if 'requests' in path else 'verb'}"
-            for k in sorted({k for r in res for k in r.get(key, {})}):
-                body.append((f"  {k}", [r.get(key, {}).get(k, 0) for r in res]))
+        if path in BREAKDOWNS:
+            parts = [_get(r, BREAKDOWNS[path]) or {} for r in res]
+            for k in sorted({k for part in parts for k in part}):
+                body.append((f"  {k}", [part.get(k, 0) for part in parts]))
     return cols, body
+
+
+def profiles(out: dict) -> str:
+    return "\n\n".join(cpu_profile.render(r["profile"], f"CPU profile, {r['label']}")
+                        for r in out["results"] if r.get("profile"))
 
 
 def format_table(cols: list[str], body: list[tuple[str, list[object]]], title: str = "", width: int = 50) -> str:
@@ -453,12 +581,13 @@ def table(out: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backends", default=",".join(BACKENDS))
-    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--cases", default=None, help="backend:workers:MPIJobs[:le],... (default: MATRIX)")
     ap.add_argument("--kubeconfig", default=None)
+    ap.add_argument("--profile", action="store_true", help=f"py-spy over the operator of {PROFILED.label}")
     a = ap.parse_args()
-    out = run(a.backends.split(","), [int(s) for s in a.sizes.split(",")], a.kubeconfig)
+    out = run(cases_of(a.cases) if a.cases else MATRIX, a.kubeconfig, profile=a.profile)
     print(table(out))
+    print(profiles(out))
     print(json.dumps(out, indent=2))
 
 

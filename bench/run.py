@@ -1,10 +1,14 @@
 """`make bench`: every benchmark, one table on stdout, JSON in --out (<UTC time>.json and latest.json).
 
-    python bench/run.py [--out bench/results] [--sizes 1,100,1000] [--backends job,statefulset] [--quick]
+    python bench/run.py [--out bench/results] [--cases job:2:100,...] [--no-profile] [--quick]
 
 - plan: pure reconciles per second (bench_plan), no cluster;
 - informer: events/s through informer -> queue, memory per cached pod (bench_informer);
-- operator: throughput, latency, API requests, CPU and memory of the operator (bench_operator);
+- cluster: the pods a second the local cluster creates and runs, the writes a second its API server
+  sustains, without the operator: what the operator's throughput is compared with (bench_cluster);
+- operator: throughput, latency, API requests and writes counted by the API server, steady-state
+  writes, CPU (with a py-spy profile) and memory of the operator, for each case of
+  bench_operator.MATRIX (bench_operator);
 - control plane: the resident memory of the local cluster's processes (.cluster/pids) while idle.
 The local cluster is started (hack/cluster-up.sh, REAL_NODE=0 unless set) when it is not up.
 Operator logs of the last run are in <out>/operator-logs/.
@@ -23,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_cluster  # noqa: E402
 import bench_informer  # noqa: E402
 import bench_operator  # noqa: E402
 import bench_plan  # noqa: E402
@@ -79,25 +84,39 @@ def render(results: dict) -> str:
         ("bytes per cached pod, slim_pod", [mem["bytes_per_pod_slim_pod"]]),
     ], title=f"informer ({ev['configmaps']} ConfigMaps)"))
 
+    cl = results["cluster"]
+    pods, writes = cl["pod_creation"], cl["sustained_writes"]
+    parts.append(fmt(["value"], [
+        (f"pods created per second ({pods['pods']} pods)", [pods["created_per_s"]]),
+        ("pods Running per second", [pods["running_per_s"]]),
+        (f"writes per second sustained ({writes['clients']} clients)", [writes["writes_per_s"]]),
+    ], title=f"cluster, no operator ({cl['writers']} processes x {cl['threads']} threads)"))
+
     parts.append(bench_operator.table(results["operator"]))
+    prof = bench_operator.profiles(results["operator"])
+    if prof:
+        parts.append(prof)
     return "\n\n".join(parts)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="all benchmarks")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--sizes", default=",".join(map(str, bench_operator.SIZES)))
-    ap.add_argument("--backends", default=",".join(bench_operator.BACKENDS))
-    ap.add_argument("--quick", action="store_true", help="sizes 1,10 and 1000 ConfigMaps: a smoke run")
+    ap.add_argument("--cases", default=None,
+                    help="backend:workers:MPIJobs[:le],... (default: bench_operator.MATRIX)")
+    ap.add_argument("--no-profile", action="store_true", help="no py-spy over the operator")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: few small cases, 1000 ConfigMaps, 200 pods, 3 s of writes")
     a = ap.parse_args()
     if a.quick:
-        a.sizes = "1,10"
+        a.cases = a.cases or "job:2:1,job:8:10,statefulset:8:10,job:2:10:le"
         bench_informer.N_CONFIGMAPS = 1000
-    sizes = [int(s) for s in a.sizes.split(",") if s]
-    backends = [b for b in a.backends.split(",") if b]
-    unknown = set(backends) - set(bench_operator.BACKENDS)
-    if unknown:
-        ap.error(f"unknown backend(s) {sorted(unknown)}: choose from {bench_operator.BACKENDS}")
+        bench_cluster.PODS_N, bench_cluster.WRITE_SECONDS = 200, 3.0
+        bench_operator.PROFILED = bench_operator.Case("job", 8, 10)
+    try:
+        cases = bench_operator.cases_of(a.cases) if a.cases else list(bench_operator.MATRIX)
+    except ValueError as e:
+        ap.error(str(e))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -111,8 +130,11 @@ def main() -> int:
     results["plan"] = bench_plan.run()
     print(">> informer pipeline", file=sys.stderr, flush=True)
     results["informer"] = bench_informer.run()
+    results["cluster"] = bench_cluster.run(kubeconfig)
     print(">> operator", file=sys.stderr, flush=True)
-    results["operator"] = bench_operator.run(backends, sizes, kubeconfig, log_dir=out / "operator-logs")
+    results["operator"] = bench_operator.run(cases, kubeconfig, log_dir=out / "operator-logs",
+                                             profile=not a.no_profile)
+    bench_operator.add_bounds(results["operator"], results["cluster"])
     results["wall_s"] = round(time.monotonic() - t0, 1)
 
     print(render(results))

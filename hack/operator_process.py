@@ -72,7 +72,8 @@ class OperatorProcess:
     """`python -m controller` for one namespace with /metrics and the probes on free local ports."""
 
     def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path,
-                 extra: Iterable[str] = ()) -> None:
+                 extra: Iterable[str] = (), root: Path = ROOT) -> None:
+        """`root`: the checkout whose operator runs (`make bench`'s BENCH_OPERATOR_ROOT: an older one)."""
         self.metrics_port, self.health_port = _free_port(), _free_port()
         self.log_path = log_path
         self.args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
@@ -83,7 +84,7 @@ class OperatorProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
         env.update(PYTHONUNBUFFERED="1", POD_NAME=f"op-{uuid.uuid4().hex[:6]}")
         self._log = open(log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=root, env=env)
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
         """(status, body) of a GET on the operator; status 0 when it does not answer."""
