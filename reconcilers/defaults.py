@@ -19,8 +19,9 @@ validation to report.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from reconcilers.clone import clone
 
 DEFAULT_SLOTS_PER_WORKER = 1
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
@@ -42,7 +43,7 @@ def _setdefault(d: Any, key: str, value: Any) -> None:
 
 def with_defaults(mpijob: Any) -> Any:
     """A deep copy of `mpijob` with the defaults filled in (a non-dict is returned as a copy)."""
-    job = copy.deepcopy(mpijob)
+    job = clone(mpijob)
     if not isinstance(job, dict):
         return job
     spec = job.get("spec")

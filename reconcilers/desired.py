@@ -10,12 +10,12 @@ defaulted copy of the template.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 
 from reconcilers import names as n
 from reconcilers import podgroup
+from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
 
@@ -227,7 +227,7 @@ def _add_volume(pod_spec: Obj, volume: Obj) -> None:
 
 def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[Obj, Obj]:
     rs = _spec(mpijob)["mpiReplicaSpecs"][rtype]
-    template = copy.deepcopy(rs.get("template") or {})
+    template = clone(rs.get("template") or {})
     meta = template.setdefault("metadata", {}) or {}
     template["metadata"] = meta
     meta.pop("name", None)

@@ -9,10 +9,10 @@ Conditions follow the Kubeflow MPI Operator's `setCondition` rules:
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime
 from typing import Any
 
+from reconcilers.clone import clone
 from reconcilers.types import Obj
 
 CREATED = "Created"
@@ -111,7 +111,7 @@ def remove_condition(status: Obj, ctype: str) -> None:
 
 def copy_status(mpijob: Obj) -> Obj:
     status = mpijob.get("status")
-    return copy.deepcopy(status) if isinstance(status, dict) else {}
+    return clone(status) if isinstance(status, dict) else {}
 
 
 # -- children -------------------------------------------------------------------------------------
