@@ -118,12 +118,13 @@ class WatchStream:
         buf = b""
         try:
             for chunk in self.response.stream(64 * 1024, decode_content=True):
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1:]
+                if b"\n" not in chunk:  # an event larger than a chunk: gather it
+                    buf += chunk
+                    continue
+                # one split a chunk, not a slice of the rest per line (a chunk holds dozens of events)
+                lines = (buf + chunk).split(b"\n")
+                buf = lines.pop()
+                for line in lines:
                     if line.strip():
                         yield json.loads(line)
             if buf.strip():
