@@ -584,8 +584,10 @@ def main() -> None:
     ap.add_argument("--cases", default=None, help="backend:workers:MPIJobs[:le],... (default: MATRIX)")
     ap.add_argument("--kubeconfig", default=None)
     ap.add_argument("--profile", action="store_true", help=f"py-spy over the operator of {PROFILED.label}")
+    ap.add_argument("--log-dir", default=None, help="keep the operator logs (and py-spy's stacks) there")
     a = ap.parse_args()
-    out = run(cases_of(a.cases) if a.cases else MATRIX, a.kubeconfig, profile=a.profile)
+    out = run(cases_of(a.cases) if a.cases else MATRIX, a.kubeconfig, log_dir=a.log_dir and Path(a.log_dir),
+              profile=a.profile)
     print(table(out))
     print(profiles(out))
     print(json.dumps(out, indent=2))

@@ -294,7 +294,7 @@ class MPIJobController:
             del self.refusals[key]  # the spec changed: try again
             refusal = None
         inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
-                        taken=taken, settle_s=self._settle(key))
+                        taken=taken, settle_s=self._settle(key, mpijob))
         plan = make_plan(inputs)
         self._apply(key, mpijob, plan)
         self._held(key, plan.held)
@@ -334,9 +334,10 @@ class MPIJobController:
         else:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
-    def _settle(self, key: str) -> float:
+    def _settle(self, key: str, mpijob: dict) -> float:
+        bringing_up = pc.bringing_up(mpijob)
         with self._pace_lock:
-            return pc.settle_remaining(self._pace.get(key), time.monotonic())
+            return pc.settle_remaining(self._pace.get(key), time.monotonic(), bringing_up=bringing_up)
 
     def _held(self, key: str, held: bool) -> None:
         """Remember since when this key's minor writes are held (the cap of pace.py counts from there);

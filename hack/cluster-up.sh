@@ -2,6 +2,8 @@
 # Starts a real Kubernetes control plane on 127.0.0.1, with no Docker:
 #   etcd, kube-apiserver (RBAC, self-signed certs), kube-controller-manager (default controllers),
 #   kube-scheduler, and kwok simulating nodes and pod lifecycles (hack/kwok/kwok.yaml);
+#   the API server's audit log records the operator's ServiceAccount alone (hack/audit/policy.yaml),
+#   for `make bench` to count the operator's requests from the server's side;
 #   plus, where the machine allows and REAL_NODE is not 0, one real node (hack/realnode/up.sh).
 # State lives in $CLUSTER_DIR (default .cluster/): kubeconfig, bin/, pki/, logs/, pids/.
 # Running it again while the cluster is up only checks it.
@@ -27,7 +29,7 @@ if ls "$CLUSTER_DIR"/pids/*.pid >/dev/null 2>&1; then
   log "a previous cluster is half up or dead: tearing it down first"
   "$here/cluster-down.sh"
 fi
-mkdir -p "$CLUSTER_DIR"/{bin,pki,logs,pids,etcd}
+mkdir -p "$CLUSTER_DIR"/{bin,pki,logs,pids,etcd,audit}
 
 # --- binaries: KUBEBUILDER_ASSETS or PATH (same minor release) first, else the cache/build.
 need=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -81,7 +83,9 @@ start kube-apiserver "$B/kube-apiserver" \
   --enable-admission-plugins=NodeRestriction \
   --endpoint-reconciler-type=none --enable-priority-and-fairness=false \
   --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
-  --profiling=false --v=1
+  --profiling=false --v=1 \
+  --audit-policy-file="$here/audit/policy.yaml" --audit-log-path="$CLUSTER_DIR/audit/audit.log" \
+  --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500 --audit-log-maxbackup=1
 wait_for "kube-apiserver /readyz" 120 kubectl_admin get --raw /readyz
 
 # --- kube-controller-manager: the default controllers (job, statefulset, garbage collector, ...).
@@ -132,8 +136,8 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 status:
-  allocatable: {cpu: "256", memory: 1Ti, pods: "1000"}
-  capacity: {cpu: "256", memory: 1Ti, pods: "1000"}
+  allocatable: {cpu: "256", memory: 1Ti, pods: "3000"}
+  capacity: {cpu: "256", memory: 1Ti, pods: "3000"}
 EOF
 done
 wait_for "the default ServiceAccount" 60 kubectl_admin -n default get serviceaccount default

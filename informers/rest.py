@@ -1,10 +1,14 @@
-"""A thin REST transport over the kubernetes client's ApiClient: raw JSON in and out, a client-side
-token bucket (client-go's --kube-api-qps/--kube-api-burst), and line-by-line watch streams.
+"""A thin REST transport over the kubernetes client's configuration: raw JSON in and out, a
+client-side token bucket (client-go's --kube-api-qps/--kube-api-burst), and line-by-line watch
+streams.
 
 The generated model classes are not used: they are an order of magnitude slower than json.loads,
-and the informers only need dicts. Authentication (client certificates, bearer tokens, exec
-plugins, the in-cluster token that rotates) is the kubernetes client's, through its
-Configuration's auth settings.
+and the informers only need dicts. Requests go straight to the kubernetes client's urllib3 pool
+(its TLS settings, client certificates and proxy), not through ApiClient.call_api, whose per-request
+serialization walk of the body and refresh of the credentials were a fifth of the operator's CPU
+(docs/architecture.md section 7). Authentication (bearer tokens, exec plugins, the in-cluster token
+that rotates) is still the kubernetes client's: its Configuration's auth settings, asked again every
+AUTH_REFRESH_SECONDS and after any 401.
 """
 
 from __future__ import annotations
@@ -16,10 +20,15 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import kubernetes
 import urllib3
 from prometheus_client import Counter
+
+# How long an Authorization header is reused. Tokens that rotate (in-cluster, exec plugins) are
+# renewed well ahead of their expiry, by minutes, so a few seconds of reuse never sends an expired one.
+AUTH_REFRESH_SECONDS = 10.0
 
 requests_total = Counter(
     "rest_client_requests_total", "API requests by method and HTTP status code", ["method", "code"]
@@ -158,6 +167,27 @@ class RestClient:
         self.api_client = api_client
         self.qps, self.burst = qps, burst
         self.limiter = TokenBucket(qps, burst)
+        self._auth: tuple[float, dict[str, str]] | None = None  # (when asked, headers)
+        self._auth_lock = threading.Lock()
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The Authorization header of the configuration (none with client certificates), reused for
+        AUTH_REFRESH_SECONDS: asking is a refresh of the credentials (kubeconfig or token file)."""
+        now = time.monotonic()
+        cached = self._auth
+        if cached is not None and now - cached[0] < AUTH_REFRESH_SECONDS:
+            return cached[1]
+        with self._auth_lock:
+            headers = {}
+            for setting in self.api_client.configuration.auth_settings().values():
+                if setting.get("in") == "header" and setting.get("value"):
+                    headers[setting["key"]] = setting["value"]
+            self._auth = (now, headers)
+            return headers
+
+    def forget_auth(self) -> None:
+        """The next request asks the configuration for credentials again (after a 401)."""
+        self._auth = None
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, qps: float = 20.0, burst: int = 30) -> RestClient:
@@ -178,20 +208,28 @@ class RestClient:
     def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
               timeout: Any) -> urllib3.BaseHTTPResponse:
         self.limiter.take()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": self.api_client.user_agent, **self._auth_headers()}
+        data = None
         if body is not None:
             headers["Content-Type"] = content_type
-        m, url, hdrs, b, _ = self.api_client.param_serialize(
-            method=method, resource_path=path, query_params=_query_string(query), header_params=headers,
-            body=body, auth_settings=["BearerToken"],
-        )
+            data = body if isinstance(body, bytes | str) else json.dumps(body, separators=(",", ":")).encode()
+        url = self.api_client.configuration.host + path
+        qs = _query_string(query)
+        if qs:
+            url += "?" + urlencode(qs)
+        if isinstance(timeout, tuple):
+            tmo = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            tmo = urllib3.Timeout(total=timeout) if timeout else None
         try:
-            resp = self.api_client.call_api(m, url, header_params=hdrs, body=b, _request_timeout=timeout)
+            raw = self.api_client.rest_client.pool_manager.request(
+                method, url, body=data, headers=headers, timeout=tmo, preload_content=False, retries=False)
         except Exception:
             requests_total.labels(method, "<error>").inc()
             raise
-        raw = resp.response
         requests_total.labels(method, str(raw.status)).inc()
+        if raw.status == 401:
+            self.forget_auth()
         return raw
 
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,

@@ -6,11 +6,13 @@ grow with the worker count (64 workers: dozens of writes per MPIJob). They are *
 acts within a second on a count, and elastic Horovod polls `discover_hosts.sh` on its own clock.
 
 So a plan whose only writes are minor holds them while the MPIJob's pods are still moving: until
-no pod event has come for QUIET_SECONDS, and never longer than CAP_SECONDS since the hold began
-(a bring-up that trickles on still shows its progress). Any other write of the same MPIJob (a
-condition that changes, a child to create) carries the held ones with it at once. A bring-up
-whose pods start within bursts less than QUIET_SECONDS apart thus writes its counts once, with the
-Running condition, whatever the worker count.
+no pod event has come for QUIET_SECONDS, and never longer than CAP_SECONDS since the hold began.
+During a bring-up (the MPIJob active, not suspended, not finished, and not yet Running) they wait
+for the write that makes it Running, BRINGUP_CAP_SECONDS at most, whatever gaps the pod events
+leave: on a busy cluster one MPIJob's pods start over tens of seconds, and each gap or cap would
+be one more write. Any other write of the same MPIJob (a condition that changes, a child to
+create) carries the held ones with it at once. So a bring-up writes its counts once, with the
+Running condition, whatever the worker count and however slow the cluster.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from dataclasses import dataclass
 QUIET_SECONDS = 2.0
 # A hold ends after this long even while pods keep moving.
 CAP_SECONDS = 10.0
+# The cap during a bring-up. Nobody waits on the counts before Running; elastic Horovod reads
+# discover_hosts.sh through a ConfigMap volume, which the kubelet refreshes on its own sync period
+# (a minute by default), so 30 s more is within the delay it already has. A bring-up that takes
+# longer (pods pending for capacity) still shows its progress every 30 s.
+BRINGUP_CAP_SECONDS = 30.0
 
 
 @dataclass
@@ -34,14 +41,29 @@ class Pace:
 
 
 def settle_remaining(pace: Pace | None, now: float, quiet: float = QUIET_SECONDS,
-                     cap: float = CAP_SECONDS) -> float:
-    """Seconds to hold minor writes from `now` on (0: write them now)."""
+                     cap: float = CAP_SECONDS, bringing_up: bool = False) -> float:
+    """Seconds to hold minor writes from `now` on (0: write them now). Bringing up: until the
+    bring-up cap from the start of the hold, quiet or not."""
     if pace is None or pace.last_pod_event is None:
         return 0.0
+    if bringing_up:
+        return max(0.0, BRINGUP_CAP_SECONDS - (now - (pace.held_since if pace.held_since is not None else now)))
     left = quiet - (now - pace.last_pod_event)
     if pace.held_since is not None:
         left = min(left, cap - (now - pace.held_since))
     return max(0.0, left)
+
+
+def bringing_up(mpijob: dict) -> bool:
+    """Active, not suspended, not finished, not Running: its pods are still coming up."""
+    spec = mpijob.get("spec") if isinstance(mpijob.get("spec"), dict) else {}
+    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    if run_policy.get("suspend") is True:
+        return False
+    status = mpijob.get("status") if isinstance(mpijob.get("status"), dict) else {}
+    conds = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    true = {c.get("type") for c in conds if isinstance(c, dict) and c.get("status") == "True"}
+    return not true & {"Running", "Succeeded", "Failed"}
 
 
 def status_minor_only(old: dict, new: dict) -> bool:

@@ -31,6 +31,39 @@ def test_settle_remaining(pace, now, want):
     assert pc.settle_remaining(pace, now) == pytest.approx(want)
 
 
+@pytest.mark.parametrize("pace,now,want", [
+    (None, 100.0, 0.0),  # nothing known of the pods: write now
+    (pc.Pace(last_pod_event=100.0), 100.0, 30.0),  # a hold begins: the whole bring-up cap
+    (pc.Pace(last_pod_event=90.0), 100.0, 30.0),  # quiet pods do not end a bring-up hold
+    (pc.Pace(last_pod_event=80.0, held_since=75.0), 100.0, 5.0),
+    (pc.Pace(last_pod_event=99.0, held_since=70.0), 100.0, 0.0),  # held 30 s: write
+    (pc.Pace(last_pod_event=99.0, held_since=60.0), 100.0, 0.0),
+])
+def test_settle_remaining_bringing_up(pace, now, want):
+    assert pc.settle_remaining(pace, now, bringing_up=True) == pytest.approx(want)
+
+
+def _conds(*true: str, false: tuple[str, ...] = ()) -> dict:
+    return {"status": {"conditions": [{"type": t, "status": "True"} for t in true]
+                       + [{"type": t, "status": "False"} for t in false]}}
+
+
+@pytest.mark.parametrize("job,want", [
+    ({}, True),  # nothing written yet
+    ({"status": "garbage", "spec": []}, True),
+    (_conds("Created"), True),
+    (_conds("Created", false=("Running",)), True),  # Running=False: restarting, or not yet
+    (_conds("Created", "Restarting", false=("Running",)), True),
+    (_conds("Created", "Running"), False),
+    (_conds("Created", "Succeeded"), False),
+    (_conds("Created", "Failed"), False),
+    ({**_conds("Created"), "spec": {"runPolicy": {"suspend": True}}}, False),  # Kueue reads active counts
+    ({**_conds("Created"), "spec": {"runPolicy": {"suspend": False}}}, True),
+])
+def test_bringing_up(job, want):
+    assert pc.bringing_up(job) is want
+
+
 COUNTS = {"Launcher": {"active": 0}, "Worker": {"active": 1}}
 COND = [{"type": "Created", "status": "True"}]
 
