@@ -80,7 +80,9 @@ def _wait(retry_state: tenacity.RetryCallState) -> float:
     return _BACKOFF(retry_state)
 
 
-retrying = tenacity.retry(
+# One Retrying for every call, not a decorator applied per call (which copies it each time): its
+# per-call state is thread-local, so the workers share it safely.
+RETRYING = tenacity.Retrying(
     retry=tenacity.retry_if_exception(_retriable),
     wait=_wait,
     stop=tenacity.stop_after_attempt(5),
@@ -109,7 +111,7 @@ class Executor:
                 raise NotLeader(f"{method} {path}")
             return self.client.request(method, path, **kw)
 
-        return retrying(attempt)()
+        return RETRYING(attempt)
 
     def apply(self, mpijob: dict, plan: Plan) -> Result:
         res = Result()
