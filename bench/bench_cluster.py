@@ -1,5 +1,5 @@
 """What the local cluster itself sustains, without the operator: the figures the operator's throughput
-is compared with (docs/architecture.md section 7).
+is compared with (docs/architecture.md section 7.1).
 
 - pod creation: PODS pods POSTed at once by WRITERS processes x THREADS threads (the admin user, no
   client-side limit): pods created per second (first create sent -> last acknowledged) and pods

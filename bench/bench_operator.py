@@ -1,5 +1,5 @@
 """Benchmark of the whole operator on the local cluster (not a timed test), per worker backend and
-number of MPIJobs submitted at once (docs/architecture.md section 7):
+number of MPIJobs submitted at once (docs/architecture.md section 7.1):
 
 - throughput: MPIJobs brought to condition Running=True per second, from the first create sent to
   the last Running seen by a watch;

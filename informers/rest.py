@@ -6,7 +6,7 @@ The generated model classes are not used: they are an order of magnitude slower 
 and the informers only need dicts. Requests go straight to the kubernetes client's urllib3 pool
 (its TLS settings, client certificates and proxy), not through ApiClient.call_api, whose per-request
 serialization walk of the body and refresh of the credentials were a fifth of the operator's CPU
-(docs/architecture.md section 7). Authentication (bearer tokens, exec plugins, the in-cluster token
+(docs/architecture.md section 7.1). Authentication (bearer tokens, exec plugins, the in-cluster token
 that rotates) is still the kubernetes client's: its Configuration's auth settings, asked again every
 AUTH_REFRESH_SECONDS and after any 401.
 """

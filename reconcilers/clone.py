@@ -2,7 +2,7 @@
 
 copy.deepcopy walks the object in Python and keeps a memo of every object it visits; on an MPIJob
 that is most of a reconcile's copying cost. marshal does the same walk in C, about five times
-faster (docs/architecture.md section 7: the operator's CPU), and like deepcopy it keeps shared
+faster (docs/architecture.md section 7.1), and like deepcopy it keeps shared
 references shared. marshal refuses anything but built-in types (a dict subclass, a custom object:
 never in an API object); those go to copy.deepcopy.
 """
