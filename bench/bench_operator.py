@@ -307,11 +307,8 @@ CLUSTER_WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECT
 def cluster_writes(client: RestClient) -> dict[str, float]:
     """Every client's writes the API server has served (its apiserver_request_total), by
     verb and resource: what one MPIJob costs the whole cluster, the operator's share included."""
-    raw = client.api_client.rest_client.pool_manager.request(
-        "GET", client.api_client.configuration.host + "/metrics", preload_content=True,
-        headers={"Accept": "text/plain", **client._auth_headers()})
     out: dict[str, float] = {}
-    for name, labels, value in parse_metrics(raw.data.decode()):
+    for name, labels, value in parse_metrics(client.get_text("/metrics")):
         if name == "apiserver_request_total" and labels.get("verb") in CLUSTER_WRITE_VERBS:
             key = f"{labels['verb']} {labels.get('resource') or '-'}" + (
                 f"/{labels['subresource']}" if labels.get("subresource") else "")

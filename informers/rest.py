@@ -246,6 +246,17 @@ class RestClient:
             raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
         return json.loads(data) if data else {}
 
+    def get_text(self, path: str, timeout: float = 30) -> str:
+        """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
+        raw = self._send("GET", path, None, None, "application/json", timeout)
+        try:
+            data = raw.read()
+        finally:
+            raw.release_conn()
+        if not 200 <= raw.status <= 299:
+            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+        return data.decode("utf-8", "replace")
+
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
         """A watch: GET `path?watch=true&...`; iterate the result for event dicts
         {"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}. `timeout` is the read
