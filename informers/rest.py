@@ -162,6 +162,17 @@ class WatchStream:
         self.close()
 
 
+def _body(raw: urllib3.BaseHTTPResponse) -> bytes:
+    """The whole body of a response, its connection back in the pool; ApiError on a non-2xx."""
+    try:
+        data = raw.read()
+    finally:
+        raw.release_conn()
+    if not 200 <= raw.status <= 299:
+        raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+    return data
+
+
 class RestClient:
     def __init__(self, api_client: kubernetes.client.ApiClient, qps: float = 20.0, burst: int = 30) -> None:
         self.api_client = api_client
@@ -236,26 +247,12 @@ class RestClient:
                 content_type: str = "application/json", timeout: float = 30) -> dict:
         """One API call; returns the decoded JSON body ({} when empty). Raises ApiError on a non-2xx
         answer; connection errors (urllib3) propagate as they are."""
-        method = method.upper()
-        raw = self._send(method, path, query, body, content_type, timeout)
-        try:
-            data = raw.read()
-        finally:
-            raw.release_conn()
-        if not 200 <= raw.status <= 299:
-            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+        data = _body(self._send(method.upper(), path, query, body, content_type, timeout))
         return json.loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:
         """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
-        raw = self._send("GET", path, None, None, "application/json", timeout)
-        try:
-            data = raw.read()
-        finally:
-            raw.release_conn()
-        if not 200 <= raw.status <= 299:
-            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
-        return data.decode("utf-8", "replace")
+        return _body(self._send("GET", path, None, None, "application/json", timeout)).decode("utf-8", "replace")
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
         """A watch: GET `path?watch=true&...`; iterate the result for event dicts
@@ -265,9 +262,5 @@ class RestClient:
         q.setdefault("watch", True)
         raw = self._send("GET", path, q, None, "application/json", (min(timeout, 30.0), timeout))
         if not 200 <= raw.status <= 299:
-            try:
-                data = raw.read()
-            finally:
-                raw.release_conn()
-            raise ApiError.from_response(raw.status, data, raw.headers, raw.reason or "")
+            _body(raw)  # raises ApiError with the server's Status
         return WatchStream(raw)
