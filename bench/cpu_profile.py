@@ -80,10 +80,9 @@ def category(func: str, file: str) -> str:
             path, _, fn = pat.partition(":")
             if (path in file or file.endswith(path)) and (not fn or fn == func):
                 return name
-    for pkg in PROJECT:
-        i = file.find(pkg)
-        if i >= 0:
-            return "own code: " + file[i:].removesuffix(".py").replace("/", ".")
+    mod = project_module(file)
+    if mod:
+        return "own code: " + mod
     return "other: " + (file.rsplit("/", 2)[-2] if "/" in file else file or func)
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reconcilers import status as st
+
 # Pod events of one bring-up come in bursts (the Job and StatefulSet controllers create pods in
 # batches, the scheduler binds them in turn); 2 s outlasts the gaps between bursts seen on the local
 # cluster under load and is shorter than anyone reads a count.
@@ -60,10 +62,8 @@ def bringing_up(mpijob: dict) -> bool:
     run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
     if run_policy.get("suspend") is True:
         return False
-    status = mpijob.get("status") if isinstance(mpijob.get("status"), dict) else {}
-    conds = status.get("conditions") if isinstance(status.get("conditions"), list) else []
-    true = {c.get("type") for c in conds if isinstance(c, dict) and c.get("status") == "True"}
-    return not true & {"Running", "Succeeded", "Failed"}
+    status = mpijob.get("status")
+    return not st.is_true(status, st.RUNNING) and not st.is_finished(status)
 
 
 def status_minor_only(old: dict, new: dict) -> bool:
