@@ -1,0 +1,173 @@
+"""Each child of an MPIJob brought to what it should be (docs/architecture.md sections 3-4).
+
+- `shared_children`: the Service, the ConfigMap (hostfile, discover_hosts.sh) and the SSH Secret.
+- `sync_workers`: the worker Job or StatefulSet: created, repaired, recreated when an Indexed Job can
+  no longer give every worker back, stopped when the MPIJob is not running.
+- `sync_launcher`: the launcher Job, held back under WaitForWorkersReady until every worker is Ready.
+- `workers_ready`, `launcher_running`: what the Running condition is made of.
+Missing children are created; owned ones get merge patches of the fields we own; an object we do
+not control is never touched (reconcilers/ownership.py reports it). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from reconcilers import desired, diff, names, ownership, status, takeover
+from reconcilers.context import JobContext
+from reconcilers.defaults import WORKER
+from reconcilers.draft import Draft
+from reconcilers.types import Create, Obj, SSHKey
+
+# How soon to look again while a deleted predecessor's children or pods are being removed (their
+# delete events requeue the MPIJob anyway; this is the safety net).
+STALE_RECHECK_SECONDS = 1.0
+_NO_KEY = SSHKey("", "")
+
+
+def shared_children(ctx: JobContext, draft: Draft) -> None:
+    for field, want in (("service", desired.service(ctx.job)),
+                        ("config_map", desired.config_map(ctx.job, ctx.config, ctx.pods.workers))):
+        have = getattr(ctx.observed, field)
+        if have is None:
+            draft.plan.creates.append(Create(want))
+        elif ctx.owned(have):
+            patch = diff.diff(want, have)
+            if patch and field == "config_map" and _only_discover_hosts(want, have):
+                draft.minor.append(patch)
+            elif patch:
+                draft.plan.patches.append(patch)
+    _secret(ctx, draft)
+
+
+def _secret(ctx: JobContext, draft: Draft) -> None:
+    secret = ctx.observed.secret
+    if secret is None:
+        if ctx.inputs.keygen is not None:
+            draft.plan.creates.append(Create(desired.secret(ctx.job, ctx.inputs.keygen())))
+        return
+    if not ctx.owned(secret):
+        return
+    data = secret.get("data")
+    if isinstance(data, dict) and not (data.get("ssh-privatekey") and data.get("ssh-publickey")):
+        # Someone removed a key: replace the Secret (created anew on the next reconcile). A cache
+        # that drops `data` altogether (to save memory) does not trigger this.
+        draft.delete(secret, "the SSH Secret lost its keys")
+        return
+    labels = desired.secret(ctx.job, _NO_KEY)["metadata"]["labels"]
+    patch = diff.diff({"kind": "Secret", "metadata": {"labels": labels}}, secret)
+    if patch:
+        draft.plan.patches.append(patch)
+
+
+def _only_discover_hosts(want: Obj, have: Obj) -> bool:
+    """The ConfigMap differs from the cache in discover_hosts.sh alone (a minor write, pace.py)."""
+    data = have.get("data") if isinstance(have.get("data"), dict) else {}
+    same_hosts = {**want, "data": {**want["data"], desired.DISCOVER_HOSTS: data.get(desired.DISCOVER_HOSTS)}}
+    return diff.diff(same_hosts, have) is None
+
+
+# -- readiness --------------------------------------------------------------------------------------
+
+
+def workers_ready(ctx: JobContext) -> bool:
+    count = desired.worker_replicas(ctx.job)
+    if count == 0:
+        return True
+    if takeover.upstream_shaped(ctx):
+        return takeover.bare_workers_ready(ctx) >= count
+    workers = ctx.workers
+    if not ctx.owned(workers) or ownership.deleting(workers):
+        return False
+    wst = workers.get("status") or {}
+    ready = wst.get("readyReplicas") if workers.get("kind") == "StatefulSet" else wst.get("ready")
+    return int(ready or 0) >= count
+
+
+def launcher_running(ctx: JobContext) -> bool:
+    launcher = ctx.launcher
+    if not ctx.owned(launcher) or (launcher.get("spec") or {}).get("suspend"):
+        return False
+    if any(desired.is_pod_active(p) for p in ctx.pods.launchers):
+        return True
+    return int((launcher.get("status") or {}).get("ready") or 0) > 0
+
+
+# -- workers ----------------------------------------------------------------------------------------
+
+
+def workers_lost(ctx: JobContext, have: Obj) -> str | None:
+    """Why a worker Job can no longer give every worker back, or None. An Indexed Job never
+    reruns an index whose pod succeeded, and a stopped `sshd` exits 0: a deleted worker pod, or
+    every pod of a suspended Job, ends Succeeded and its index stays completed."""
+    wst = have.get("status") or {}
+    if int(wst.get("succeeded") or 0) > 0 or wst.get("completedIndexes"):
+        return f"worker index(es) {wst.get('completedIndexes') or wst.get('succeeded')} ended"
+    for ctype in ("Complete", "Failed"):
+        if status.job_condition(have, ctype) is not None:
+            return f"the worker Job is {ctype}"
+    done = sorted(desired.pod_hostname(p) for p in ctx.pods.workers
+                  if (p.get("status") or {}).get("phase") == "Succeeded")
+    return f"worker pod(s) {', '.join(done)} ended" if done else None
+
+
+def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
+    if not isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict):
+        return  # no Worker replica spec (the CRD allows it): the launcher runs alone
+    if takeover.upstream_shaped(ctx):
+        if not running:
+            takeover.stop_bare_workers(ctx, draft)
+        return
+    want = desired.workers(ctx.job, ctx.config, running=running)
+    have = ctx.workers
+    sts = ctx.config.worker_backend == "statefulset"
+    stray = ctx.choice.stray
+    if stray is not None and not ownership.deleting(stray):
+        draft.recreate(stray, f"a second set of workers ({stray.get('kind')}) besides the {want['kind']} "
+                              "this MPIJob started with")
+    if have is None:
+        if running and (sts or desired.worker_replicas(ctx.job) > 0):
+            if ownership.stale_alive(ctx.pods, names.ROLE_WORKER):
+                draft.requeue(STALE_RECHECK_SECONDS)  # a predecessor's worker pod is still stopping
+            else:
+                draft.plan.creates.append(Create(want))
+        return
+    if not ctx.owned(have) or ownership.deleting(have):
+        return  # a clash (reported), or a recreation under way: created again once gone
+    lost = workers_lost(ctx, have) if running and not sts else None
+    if lost:
+        draft.recreate(have, f"{lost}: recreate the workers")
+        return
+    if running and diff.recreate_on_resume(want, have):
+        draft.recreate(have, "resume: recreate the workers from the current template")
+        return
+    no_pods = not running or int((have.get("spec") or {}).get("replicas") or 0) == 0
+    patch = diff.diff(want, have, template_mutable=sts and no_pods)
+    if patch:
+        draft.plan.patches.append(patch)
+
+
+# -- launcher ---------------------------------------------------------------------------------------
+
+
+def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
+    want = desired.launcher(ctx.job, ctx.config, running=running)
+    have = ctx.launcher
+    # WaitForWorkersReady holds the launcher back until every worker is Ready: on the first start
+    # and on every resume (a suspended launcher Job stays suspended until then).
+    hold = running and ctx.spec["launcherCreationPolicy"] == "WaitForWorkersReady" and not workers_ready(ctx)
+    if have is None:
+        if running and not hold:
+            if ownership.stale_alive(ctx.pods, names.ROLE_LAUNCHER):
+                draft.requeue(STALE_RECHECK_SECONDS)
+            else:
+                draft.plan.creates.append(Create(want))
+        return
+    if not ctx.owned(have) or ownership.deleting(have) or takeover.upstream_shaped(ctx):
+        return  # (an upstream launcher Job runs as upstream made it: its template is immutable)
+    if running and diff.recreate_on_resume(want, have):
+        draft.recreate(have, "resume: recreate the launcher from the current template")
+        return
+    if hold and (have.get("spec") or {}).get("suspend"):
+        want = desired.launcher(ctx.job, ctx.config, running=False)
+    patch = diff.diff(want, have)
+    if patch:
+        draft.plan.patches.append(patch)

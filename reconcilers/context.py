@@ -1,0 +1,67 @@
+"""What one plan knows of its MPIJob, computed once (docs/architecture.md section 3).
+
+`JobContext` is frozen: every policy module reads the same values, and none can depend on another
+having run first. It is built after validation, so nothing here meets a spec `plan()` refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from reconcilers import backend, names, ownership
+from reconcilers.ownership import JobPods
+from reconcilers.types import Config, Inputs, Obj, Observed
+
+
+@dataclass(frozen=True)
+class JobContext:
+    inputs: Inputs
+    job: Obj  # the MPIJob with its defaults filled in (reconcilers/defaults.py)
+    key: str  # "<namespace>/<name>"
+    namespace: str
+    now: datetime
+    config: Config  # worker_backend: this MPIJob's own backend, whatever the flag says now
+    choice: backend.Choice
+    observed: Observed
+    pods: JobPods
+    stale_children: tuple[Obj, ...]
+
+    @property
+    def workers(self) -> Obj | None:
+        """The worker object of this MPIJob's backend, as observed."""
+        return self.choice.workers
+
+    @property
+    def launcher(self) -> Obj | None:
+        return self.observed.launcher
+
+    @property
+    def spec(self) -> Obj:
+        return self.job["spec"]
+
+    @property
+    def run_policy(self) -> Obj:
+        return self.job["spec"]["runPolicy"]
+
+    def owned(self, obj: Obj | None) -> bool:
+        return ownership.owned(obj, self.job)
+
+
+def choose_backend(inputs: Inputs, job: Obj) -> tuple[backend.Choice, Config]:
+    """The backend this MPIJob started with (reconcilers/backend.py), and the config that uses it."""
+    obs = inputs.observed
+    choice = backend.choose(job, [obs.workers, obs.other_workers], obs.config_map, inputs.config.worker_backend)
+    return choice, replace(inputs.config, worker_backend=choice.backend)
+
+
+def job_key(job: Obj) -> str:
+    return f"{names.job_namespace(job)}/{names.job_name(job)}"
+
+
+def build(inputs: Inputs, job: Obj, choice: backend.Choice, config: Config) -> JobContext:
+    return JobContext(
+        inputs=inputs, job=job, key=job_key(job), namespace=names.job_namespace(job), now=inputs.now,
+        config=config, choice=choice, observed=inputs.observed,
+        pods=ownership.our_pods(job, inputs.observed, choice.workers),
+        stale_children=ownership.stale_children(job, inputs.observed))

@@ -1,0 +1,137 @@
+"""How an MPIJob ends or is held: the conditions that say so (docs/architecture.md sections 1 and 3).
+
+Pure functions over a JobContext (what is observed) and a Draft (what is being decided):
+- `invalid`: Failed/InvalidSpec naming the fields; `fixed_spec` clears it once the spec is valid.
+- `refused`: a child the API server refused (reconcilers/refusal.py): permanent -> Failed/ChildRefused
+  until the spec changes; transient -> Blocked=True while it lasts.
+- `name_clash`: Failed/ResourceExists while an object not ours holds one of our names (no
+  completionTime, so no TTL), cleared once the name is free.
+- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions.
+- `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
+- `ttl`: ttlSecondsAfterFinished from status.completionTime.
+One Event per transition, never per reconcile.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from reconcilers import refusal, status
+from reconcilers.context import JobContext
+from reconcilers.draft import Draft
+from reconcilers.refusal import Refusal
+
+
+def _failed_reason(draft: Draft) -> str | None:
+    failed = status.get_condition(draft.status, status.FAILED)
+    return failed.get("reason") if failed is not None else None
+
+
+def invalid(draft: Draft, errors: list) -> None:
+    fields = ", ".join(dict.fromkeys(e.path or "(root)" for e in errors))
+    message = "Invalid spec: " + "; ".join(str(e) for e in errors)
+    old = status.get_condition(draft.old_status, status.FAILED)
+    if draft.condition(status.FAILED, "True", status.R_INVALID, message) or (old or {}).get("message") != message:
+        draft.event("Warning", status.R_INVALID, f"Fix {fields}: {message}")
+
+
+def fixed_spec(draft: Draft) -> None:
+    if _failed_reason(draft) == status.R_INVALID:
+        status.remove_condition(draft.status, status.FAILED)
+
+
+def refused(draft: Draft, write: Refusal | None) -> None:
+    failed = _failed_reason(draft)
+    if failed == refusal.R_REFUSED and not (write and write.permanent):
+        status.remove_condition(draft.status, status.FAILED)  # a new generation: try again
+        draft.status.pop("completionTime", None)
+    blocked = status.get_condition(draft.status, refusal.BLOCKED)
+    if blocked is not None and (write is None or write.permanent or draft.finished()):
+        status.remove_condition(draft.status, refusal.BLOCKED)  # the write passed, or the job has ended
+    if write is None or draft.finished():
+        return
+    msg = refusal.describe(write)
+    if write.permanent:
+        draft.fail(refusal.R_REFUSED, msg)
+    elif draft.condition(refusal.BLOCKED, "True", refusal.R_REFUSED, msg) and blocked is None:
+        draft.event("Warning", refusal.R_REFUSED, msg)
+
+
+def name_clash(draft: Draft, clash: str | None) -> None:
+    if _failed_reason(draft) == status.R_RESOURCE_EXISTS and not clash:
+        status.remove_condition(draft.status, status.FAILED)  # the object in the way is gone
+        draft.status.pop("completionTime", None)
+    # Not an end: like InvalidSpec, no completionTime (so no TTL), cleared once the name is free.
+    if clash and not draft.finished() and draft.condition(status.FAILED, "True", status.R_RESOURCE_EXISTS, clash):
+        draft.event("Warning", status.R_RESOURCE_EXISTS, clash)
+
+
+def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
+    if not ctx.owned(ctx.launcher):
+        return
+    outcome = status.job_outcome(ctx.launcher)
+    if outcome is None:
+        return
+    kind, reason, message, when = outcome
+    if kind == status.SUCCEEDED:
+        msg = f"MPIJob {ctx.key} successfully completed."
+        if draft.condition(status.SUCCEEDED, "True", status.R_SUCCEEDED, msg):
+            draft.event("Normal", status.R_SUCCEEDED, msg)
+        draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
+        draft.status["replicaStatuses"] = {}
+    else:
+        detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
+        draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)
+    not_running_if_never_ran(draft, when)
+
+
+def not_running_if_never_ran(draft: Draft, when: str | None) -> None:
+    if status.get_condition(draft.status, status.RUNNING) is None:
+        at = when or status.fmt_time(draft.now)
+        draft.status["conditions"] = [{
+            "type": status.RUNNING, "status": "False", "reason": status.R_RUNNING,
+            "message": "The MPIJob finished without all its pods ever running together.",
+            "lastUpdateTime": at, "lastTransitionTime": at}, *status.conditions_of(draft.status)]
+
+
+def last_failed_launcher_pod(ctx: JobContext) -> str:
+    failed = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Failed"]
+    if not failed:
+        return ""
+    pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    pst = pod.get("status") or {}
+    reason, message = pst.get("reason"), pst.get("message")
+    for cs in pst.get("containerStatuses") or []:
+        term = ((cs or {}).get("state") or {}).get("terminated") or {}
+        if term:
+            reason = reason or term.get("reason")
+            message = message or f"exit code {term.get('exitCode')}"
+            break
+    name = (pod.get("metadata") or {}).get("name", "?")
+    return f" (last launcher pod {name}: {reason or 'Failed'}{': ' + message if message else ''})"
+
+
+def deadline(ctx: JobContext, draft: Draft) -> None:
+    ads = ctx.run_policy.get("activeDeadlineSeconds")
+    start = status.parse_time(draft.status.get("startTime"))
+    if ads is None or start is None or ctx.run_policy.get("suspend"):
+        return
+    due = start + timedelta(seconds=ads)
+    if ctx.now >= due:
+        draft.fail(status.R_DEADLINE, f"MPIJob {ctx.key} ran longer than runPolicy.activeDeadlineSeconds "
+                   f"({ads}s); raise it if the job needs more time")
+        not_running_if_never_ran(draft, None)
+    else:
+        draft.requeue((due - ctx.now).total_seconds())
+
+
+def ttl(ctx: JobContext, draft: Draft) -> None:
+    seconds = ctx.run_policy.get("ttlSecondsAfterFinished")
+    done = status.parse_time(draft.status.get("completionTime"))
+    if seconds is None or done is None:
+        return
+    due = done + timedelta(seconds=seconds)
+    if ctx.now >= due:
+        draft.plan.delete_mpijob = True
+    else:
+        draft.requeue((due - ctx.now).total_seconds())
