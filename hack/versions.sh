@@ -11,4 +11,4 @@ SCHEDULER_PLUGINS_VERSION=0.34.7
 # volcano.sh/volcano: only its PodGroup CRD is used (the operator's Volcano PodGroups must be accepted).
 VOLCANO_VERSION=1.15.1
 # Kueue for the e2e tests of the suspend protocol (e2e/test_kueue.py); built by hack/build-kueue.sh.
-KUEUE_VERSION=0.17.0
+KUEUE_VERSION=0.19.2
