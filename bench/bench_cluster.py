@@ -32,8 +32,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_operator import Watch, cleanup_namespace, ensure_cluster  # noqa: E402
 
-from informers.resources import CONFIGMAPS, NAMESPACES, PODS  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
+from client.errors import ApiError  # noqa: E402
+from client.resources import CONFIGMAPS, NAMESPACES, PODS  # noqa: E402
+from client.rest import RestClient  # noqa: E402
 
 PODS_N = 2000
 CONFIGMAPS_N = 64

@@ -29,10 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from client.errors import ApiError  # noqa: E402
+from client.resources import CONFIGMAPS, NAMESPACES  # noqa: E402
+from client.rest import RestClient  # noqa: E402
 from controller.workqueue import RateLimitingQueue  # noqa: E402
 from informers.informer import SharedInformer  # noqa: E402
-from informers.resources import CONFIGMAPS, NAMESPACES  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
 from informers.store import Store, meta_namespace_key  # noqa: E402
 from informers.transforms import slim_pod  # noqa: E402
 

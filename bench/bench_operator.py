@@ -65,8 +65,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import apiserver_meter as meter  # noqa: E402
 import cpu_profile  # noqa: E402
 
-from informers.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
+from client.errors import ApiError  # noqa: E402
+from client.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
+from client.rest import RestClient  # noqa: E402
 
 BACKENDS = ("job", "statefulset")
 

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from informers.rest import ApiError, RestClient
+from client.errors import ApiError
+from client.rest import RestClient
 from tests.cluster_fixtures import ROOT
 from tests.crd_fuzz import Case, Fuzzer, base_mpijob, names_the_field
 from tests.waiting import wait_until

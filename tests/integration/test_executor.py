@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, MPIJOBS
+from client.rest import RestClient
 from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
-from informers.resources import CONFIGMAPS, MPIJOBS
-from informers.rest import ApiError, RestClient
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from tests.cluster_fixtures import ROOT
 from tests.waiting import wait_until

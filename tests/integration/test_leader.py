@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from client.resources import LEASES
+from client.rest import RestClient
 from controller.leader import LeaderElector
-from informers.resources import LEASES
-from informers.rest import RestClient
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
