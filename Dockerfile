@@ -11,6 +11,7 @@ COPY controller/ controller/
 COPY client/ client/
 COPY informers/ informers/
 COPY reconcilers/ reconcilers/
+COPY testsupport/ testsupport/
 RUN pip wheel --wheel-dir /wheels .
 
 FROM python:3.11-slim

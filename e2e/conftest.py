@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import ROOT, Operator, install_crd, service_account_kubeconfig
-
-from tests.cluster_fixtures import CLUSTER_DIR
+from testsupport.kubectl import install_crd, service_account_kubeconfig
+from testsupport.operator_process import Operator
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 REAL_NODE = "realnode"
 

@@ -158,7 +158,7 @@ build_operator() {
   base=$CACHE/operator-base-$hb.layer.tar
   # The project's inputs: its metadata and every module that goes into the wheel.
   ht=$(hash_of "$hb" "$here/oci_pack.py" "$src/pyproject.toml" \
-    $(cd "$src" && find client controller informers reconcilers -name '*.py' | sort | sed "s#^#$src/#") v1)
+    $(cd "$src" && find client controller informers reconcilers testsupport -name '*.py' | sort | sed "s#^#$src/#") v1)
   out=$CACHE/operator-$ht.oci.tar
   if [ -s "$out" ]; then
     echo "operator $out localhost/mpijob-operator:$ht localhost/mpijob-operator:dev"

@@ -19,7 +19,7 @@ from client.resources import CONFIGMAPS, SECRETS
 from client.rest import RestClient
 from informers.informer import SharedInformer
 from informers.store import NAMESPACE_INDEX, DeletedFinalStateUnknown
-from tests.waiting import wait_until
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from testsupport.paths import ROOT
+
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 # Package -> the non-standard top-level modules it may import (itself included).
