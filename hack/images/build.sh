@@ -26,8 +26,8 @@ mkdir -p "$CACHE"
 cleanup_dirs=()
 trap 'for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done' EXIT
 
-log() { echo "[images] $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=images
+source "$here/../lib/common.sh"
 
 # The Debian mirror this machine uses (deb822 .sources or one-line sources.list).
 apt_uri() {  # apt_uri <regex for the path>: first matching URI
