@@ -6,7 +6,8 @@ Pure functions over a JobContext (what is observed) and a Draft (what is being d
   until the spec changes; transient -> Blocked=True while it lasts.
 - `name_clash`: Failed/ResourceExists while an object not ours holds one of our names (no
   completionTime, so no TTL), cleared once the name is free.
-- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions.
+- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; Failed/WorkerLostDuringRun
+  for an Open MPI launcher that exited 0 although a worker was lost while it ran.
 - `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
 - `ttl`: ttlSecondsAfterFinished from status.completionTime.
 One Event per transition, never per reconcile.
@@ -73,7 +74,15 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    if kind == status.SUCCEEDED:
+    lost = worker_lost_during_run(ctx, draft) if kind == status.SUCCEEDED else None
+    if lost:
+        draft.fail(status.R_WORKER_LOST, (
+            f"MPIJob {ctx.key}: the launcher exited 0, but {lost} while it ran, so ranks may never have "
+            "finished: Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher "
+            "Job cannot retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not "
+            "apply). Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is "
+            "retried."), when)
+    elif kind == status.SUCCEEDED:
         msg = f"MPIJob {ctx.key} successfully completed."
         if draft.condition(status.SUCCEEDED, "True", status.R_SUCCEEDED, msg):
             draft.event("Normal", status.R_SUCCEEDED, msg)
@@ -83,6 +92,41 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)
     not_running_if_never_ran(draft, when)
+
+
+def _finished_at(pod: dict) -> list:
+    return [status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+
+
+def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
+    """What shows that a worker was lost while the launcher pod that Succeeded ran
+    (docs/architecture.md section 8): the Restarting condition a worker loss set at or after that
+    pod's start (Running, which clears it, needs the launcher still running), or a worker pod
+    deleted or ended between the pod's start and its end. Only an MPI whose mpirun exits 0 after
+    losing a host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
+    if ctx.spec.get("mpiImplementation") != "OpenMPI":
+        return None
+    done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
+    if not done:
+        return None
+    pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    started = status.parse_time((pod.get("status") or {}).get("startTime"))
+    finished = max((t for t in _finished_at(pod) if t), default=None)
+    if started is None or finished is None:
+        return None
+    # A loss before this pod started (a retry's, which the Job delays by 10 s or more) is not its.
+    restarting = status.get_condition(draft.old_status, status.RESTARTING) or {}
+    lost_at = status.parse_time(restarting.get("lastTransitionTime"))
+    if (restarting.get("status") == "True" and status.WORKER_LOST_WHY in (restarting.get("message") or "")
+            and lost_at is not None and started <= lost_at):
+        return "a worker was lost"
+    for w in ctx.pods.workers:
+        gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp")), *_finished_at(w)]
+        if any(t is not None and started < t <= finished for t in gone):
+            host = (w.get("spec") or {}).get("hostname") or (w.get("metadata") or {}).get("name", "?")
+            return f"worker {host} was lost"
+    return None
 
 
 def not_running_if_never_ran(draft: Draft, when: str | None) -> None:
