@@ -16,10 +16,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from reconcilers.names import JOB_NAME_LABEL as JOB_NAME
+from reconcilers.names import JOB_ROLE_LABEL as ROLE
+from testsupport.paths import ROOT
+
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
-JOB_NAME = "training.kubeflow.org/job-name"
-ROLE = "training.kubeflow.org/job-role"
 # The image flavours and the mpiImplementation each one needs.
 IMPLEMENTATION = {"openmpi4": "OpenMPI", "openmpi5": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]

@@ -33,7 +33,7 @@ from realnode_mpi import (
     wait_launcher_running,
 )
 
-from tests.cluster_fixtures import CLUSTER_DIR
+from testsupport.paths import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 FLAVOURS = ["openmpi4", "openmpi5", "mpich", "intel"]
