@@ -102,8 +102,8 @@ def _finished_at(pod: dict) -> list:
 def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
     """What shows that a worker was lost while the launcher pod that Succeeded ran
     (docs/architecture.md section 8): the Restarting condition a worker loss set at or after that
-    pod's start (Running, which clears it, needs the launcher still running), or a worker pod
-    deleted or ended between the pod's start and its end. Only an MPI whose mpirun exits 0 after
+    pod's start, the worker Job created anew during its run, or a worker pod deleted or ended
+    between the pod's start and its end. Only an MPI whose mpirun exits 0 after
     losing a host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
     if ctx.spec.get("mpiImplementation") != "OpenMPI":
         return None
@@ -121,6 +121,11 @@ def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
     if (restarting.get("status") == "True" and status.WORKER_LOST_WHY in (restarting.get("message") or "")
             and lost_at is not None and started <= lost_at):
         return "a worker was lost"
+    # The Job backend recreates its worker Job to bring a lost worker back: the launcher can outlive
+    # the loss by a second or two, long enough for Running (which clears Restarting) to come back.
+    created = status.parse_time(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp"))
+    if created is not None and started < created <= finished:
+        return "the workers were recreated (a worker was lost)"
     for w in ctx.pods.workers:
         gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp")), *_finished_at(w)]
         if any(t is not None and started < t <= finished for t in gone):
