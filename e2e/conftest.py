@@ -14,6 +14,17 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The Kueue modules' fixtures (e2e/test_kueue*.py), module-scoped: one Kueue per module that asks.
+from kueue_fixtures import (  # noqa: F401
+    kueue,
+    kueue_crds,
+    kueue_log,
+    kueue_namespace,
+    pods_ready,
+    pods_ready_times,
+    pools,
+    queues,
+)
 from support import ROOT, Operator, install_crd, service_account_kubeconfig
 
 from tests.cluster_fixtures import CLUSTER_DIR
