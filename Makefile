@@ -53,8 +53,8 @@ e2e: $(PY) kueue ## end-to-end tests: the operator as a process on the local clu
 	@echo ">> end-to-end tests (local cluster)"
 	$(PY) -m pytest e2e -q $(PYTEST_ARGS)
 
-e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue.py)
-	$(PY) -m pytest e2e/test_kueue.py -q $(PYTEST_ARGS)
+e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: TAS, MultiKueue with a second cluster)
+	$(PY) -m pytest e2e/test_kueue.py e2e/test_kueue_topology.py e2e/test_kueue_multikueue.py -q $(PYTEST_ARGS)
 
 test: $(PY) kueue ## lint, unit, integration and e2e tests (starts the local cluster itself)
 	@echo ">> lint"

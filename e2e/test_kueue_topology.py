@@ -156,14 +156,15 @@ def check_rank(pod: dict, rank_to_domain: list[dict[str, str]], rank: int, tas: 
     assert pod["spec"]["nodeSelector"].get(HOSTNAME) == node, (name, pod["spec"]["nodeSelector"])
     assert TOPOLOGY_GATE not in {g["name"] for g in pod["spec"].get("schedulingGates") or []}, name
     block, rack = tas.nodes[node]
-    return f"rank {rank} -> {node} ({block}/{rack})"
+    index = pod["metadata"]["labels"][REPLICA_INDEX]
+    return f"{pod['metadata']['labels']['training.kubeflow.org/job-role']} {index} (rank {rank}) -> {node} ({rack})"
 
 
 @pytest.mark.parametrize("launcher_as_worker", [False, True], ids=["launcher-apart", "launcher-as-worker"])
 def test_kueue_topology_required_rack_puts_every_worker_in_one_rack_in_rank_order(
         kubectl, kueue, operator, namespace, backend, replica_index_policy, tas, tas_queue, pods_ready,
         launcher_as_worker):
-    job = annotate(one_cpu(mpijob("pi", workers=4, launcher_runs="20s"), "Worker"), "Worker",
+    job = annotate(one_cpu(mpijob("pi", workers=4, launcher_runs="8s"), "Worker"), "Worker",
                    {REQUIRED_TOPOLOGY: RACK})
     job["spec"]["runLauncherAsWorker"] = launcher_as_worker
     submit(kubectl, namespace, job, tas_queue)
@@ -192,7 +193,7 @@ def test_kueue_topology_podset_group_puts_the_launcher_and_its_workers_in_one_ra
         kubectl, kueue, operator, namespace, backend, replica_index_policy, tas, tas_queue, pods_ready):
     # The launcher is rank 0 and one of the four 1-CPU pods the rack must hold with its 3 workers.
     group = {REQUIRED_TOPOLOGY: RACK, PODSET_GROUP: "mpi"}
-    job = one_cpu(mpijob("pi", workers=3, launcher_runs="20s"), "Launcher", "Worker")
+    job = one_cpu(mpijob("pi", workers=3, launcher_runs="8s"), "Launcher", "Worker")
     job = annotate(annotate(job, "Launcher", group), "Worker", group)
     job["spec"]["runLauncherAsWorker"] = True
     submit(kubectl, namespace, job, tas_queue)
