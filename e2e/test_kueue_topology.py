@@ -155,9 +155,9 @@ def check_rank(pod: dict, rank_to_domain: list[dict[str, str]], rank: int, tas: 
     assert pod["spec"]["nodeName"] == node, (name, rank, pod["spec"]["nodeName"], rank_to_domain)
     assert pod["spec"]["nodeSelector"].get(HOSTNAME) == node, (name, pod["spec"]["nodeSelector"])
     assert TOPOLOGY_GATE not in {g["name"] for g in pod["spec"].get("schedulingGates") or []}, name
-    block, rack = tas.nodes[node]
-    index = pod["metadata"]["labels"][REPLICA_INDEX]
-    return f"{pod['metadata']['labels']['training.kubeflow.org/job-role']} {index} (rank {rank}) -> {node} ({rack})"
+    rack = tas.nodes[node][1]
+    role, index = pod["metadata"]["labels"]["training.kubeflow.org/job-role"], pod["metadata"]["labels"][REPLICA_INDEX]
+    return f"{role} {index} (rank {rank}) -> {node} ({rack})"
 
 
 @pytest.mark.parametrize("launcher_as_worker", [False, True], ids=["launcher-apart", "launcher-as-worker"])
