@@ -8,8 +8,10 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md* ./
 COPY controller/ controller/
+COPY client/ client/
 COPY informers/ informers/
 COPY reconcilers/ reconcilers/
+COPY testsupport/ testsupport/
 RUN pip wheel --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -79,7 +79,7 @@ demo-deployed: $(PY) ## the operator as a Deployment on the real node: pi throug
 
 bench: $(PY) ## the benchmarks: a table on stdout, JSON in bench/results/
 	@mkdir -p bench/results
-	$(PY) bench/run.py --out bench/results
+	$(PY) -m bench.run --out bench/results
 
 kind-up: ## a kind cluster for users with Docker (kubeconfig at .cluster/kubeconfig)
 	hack/kind.sh up

@@ -11,7 +11,7 @@ An MPIJob with w workers needs w + 1 pods, so pods Running per second / (w + 1) 
 a second any operator brings to Running here; writes per second / (writes per MPIJob) bounds them
 by what the operator itself sends.
 
-    python bench/bench_cluster.py
+    python -m bench.bench_cluster
 """
 
 from __future__ import annotations
@@ -24,16 +24,11 @@ import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_operator import Watch, cleanup_namespace, ensure_cluster  # noqa: E402
-
-from informers.resources import CONFIGMAPS, NAMESPACES, PODS  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
+from bench.bench_operator import Watch, cleanup_namespace, ensure_cluster
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, NAMESPACES, PODS
+from client.rest import RestClient
 
 PODS_N = 2000
 CONFIGMAPS_N = 64

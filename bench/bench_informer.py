@@ -6,7 +6,7 @@
 - the store's memory per cached pod, raw and with the slim_pod transform (tracemalloc on synthetic
   pod dicts decoded from JSON, as the reflector decodes them).
 
-    python bench/bench_informer.py      # a table, then the JSON
+    python -m bench.bench_informer      # a table, then the JSON
 
 Uses $KUBECONFIG or .cluster/kubeconfig; starts the local cluster (hack/cluster-up.sh) when it is
 not up. BENCH_CONFIGMAPS overrides the count.
@@ -26,22 +26,21 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from controller.workqueue import RateLimitingQueue  # noqa: E402
-from informers.informer import SharedInformer  # noqa: E402
-from informers.resources import CONFIGMAPS, NAMESPACES  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
-from informers.store import Store, meta_namespace_key  # noqa: E402
-from informers.transforms import slim_pod  # noqa: E402
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, NAMESPACES
+from client.rest import RestClient
+from controller.workqueue import RateLimitingQueue
+from informers.informer import SharedInformer
+from informers.store import Store, meta_namespace_key
+from informers.transforms import slim_pod
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 N_CONFIGMAPS = int(os.environ.get("BENCH_CONFIGMAPS", "10000"))
 N_PODS = 2000
 
 
 def _kubeconfig() -> str:
-    path = os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
+    path = os.environ.get("KUBECONFIG") or str(CLUSTER_DIR / "kubeconfig")
     client = None
     if Path(path).exists():
         try:
@@ -52,7 +51,7 @@ def _kubeconfig() -> str:
     if client is None:
         print(">> local cluster not up: hack/cluster-up.sh", file=sys.stderr)
         subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True, env={**os.environ, "REAL_NODE": "0"})
-        path = str(ROOT / ".cluster" / "kubeconfig")
+        path = str(CLUSTER_DIR / "kubeconfig")
     return path
 
 

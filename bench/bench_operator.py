@@ -26,7 +26,7 @@ simulated by kwok; launchers are annotated to "run" 10 minutes, so every MPIJob 
 MPIJobs use launcherCreationPolicy AtStartup (the API's default), so the launcher latency is the
 operator's, not the time kwok takes to make the workers ready.
 
-    python bench/bench_operator.py [--cases job:2:100,statefulset:8:100,...]
+    python -m bench.bench_operator [--cases job:2:100,statefulset:8:100,...]
 
 BENCH_OPERATOR_ROOT=<checkout> runs that checkout's operator instead (a before/after comparison with
 the same benchmark).
@@ -55,18 +55,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-sys.path.insert(0, str(ROOT / "hack"))
-from operator_process import OperatorProcess, parse_metrics, sum_by  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-import apiserver_meter as meter  # noqa: E402
-import cpu_profile  # noqa: E402
-
-from informers.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource  # noqa: E402
-from informers.rest import ApiError, RestClient  # noqa: E402
+from bench import apiserver_meter as meter
+from bench import cpu_profile
+from client.errors import ApiError
+from client.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource
+from client.rest import RestClient
+from testsupport import builders
+from testsupport.operator_process import OperatorProcess, parse_metrics, sum_by
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 BACKENDS = ("job", "statefulset")
 
@@ -97,7 +93,6 @@ PROFILED = Case("job", 8, 100)  # --profile samples this run's operator
 # by a neutral proxy on this cluster (issue 16): what "a controller sending the Go operator's writes"
 # is bounded by, at the writes/s the API server sustains here (bench/bench_cluster.py).
 GO_WRITES_PER_MPIJOB = {2: 21.0, 8: 29.9}
-RUN_FOR = "sim.mpijob-operator.dev/run-for"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 LAUNCHER_POLICY = "AtStartup"
@@ -110,7 +105,7 @@ OPERATOR_FLAGS = ("--threadiness=8", "--kube-api-qps=500", "--kube-api-burst=100
 
 def ensure_cluster(kubeconfig: str | None = None) -> str:
     """The admin kubeconfig of a reachable cluster; starts the local one (hack/cluster-up.sh) if needed."""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(ROOT / ".cluster" / "kubeconfig")
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(CLUSTER_DIR / "kubeconfig")
     if Path(path).exists():
         try:
             RestClient.from_kubeconfig(path).request("GET", "/version", timeout=5)
@@ -122,7 +117,7 @@ def ensure_cluster(kubeconfig: str | None = None) -> str:
     print(">> hack/cluster-up.sh", file=sys.stderr, flush=True)
     subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True,
                    env={**os.environ, "REAL_NODE": os.environ.get("REAL_NODE", "0")})
-    return str(ROOT / ".cluster" / "kubeconfig")
+    return str(CLUSTER_DIR / "kubeconfig")
 
 
 def operator_kubeconfig(out: Path, admin_kubeconfig: str) -> str:
@@ -138,23 +133,8 @@ def operator_kubeconfig(out: Path, admin_kubeconfig: str) -> str:
 
 def mpijob(name: str, *, workers: int = 2, run_for: str = "600s") -> dict:
     """An MPIJob for simulated (kwok) pods whose launcher keeps running for `run_for`."""
-    container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
-    return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-        "metadata": {"name": name, "labels": {"bench": "1"}},
-        "spec": {
-            "slotsPerWorker": 1,
-            "launcherCreationPolicy": LAUNCHER_POLICY,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {
-                    "metadata": {"annotations": {RUN_FOR: run_for}},
-                    "spec": {"containers": [{**container, "command": ["mpirun", "/pi"]}]}}},
-                "Worker": {"replicas": workers, "template": {
-                    "spec": {"containers": [{**container, "command": ["/usr/sbin/sshd", "-De"]}]}}},
-            },
-        },
-    }
+    return builders.simulated_mpijob(name, workers=workers, launcher_runs=run_for, policy=LAUNCHER_POLICY,
+                                     labels={"bench": "1"})
 
 
 # --- watching ----------------------------------------------------------------------------------------

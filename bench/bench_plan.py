@@ -3,7 +3,7 @@ for both worker backends, in two situations:
 - `create`: nothing observed yet (the plan builds and creates every child);
 - `steady`: every child exists and matches, all pods run (the plan is zero writes: the common case).
 
-    python bench/bench_plan.py          # a table, then the JSON
+    python -m bench.bench_plan          # a table, then the JSON
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconcilers import names as n
 from reconcilers.plan import plan
 from reconcilers.types import Config, Inputs, Observed, SSHKey
+from testsupport import builders
 
 WORKERS = (1, 64, 1024)
 BACKENDS = ("job", "statefulset")
@@ -28,14 +26,11 @@ KEY = SSHKey("-----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----\n"
 
 
 def mpijob(workers: int) -> dict:
-    def tmpl(name: str, cmd: list[str]) -> dict:
-        return {"spec": {"containers": [{"name": name, "image": "mpioperator/mpi-pi:openmpi", "command": cmd,
-                                         "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-            "metadata": {"name": "bench", "namespace": "default", "uid": "uid-bench"},
-            "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
-                     "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": tmpl("launcher", ["mpirun"])},
-                                         "Worker": {"replicas": workers, "template": tmpl("worker", ["sshd"])}}}}
+    limits = {"cpu": "1", "memory": "1Gi"}
+    return builders.mpijob("bench", namespace="default", uid="uid-bench", workers=workers,
+                           run_policy={"cleanPodPolicy": "Running"},
+                           launcher=builders.container("launcher", ["mpirun"], limits=limits),
+                           worker=builders.container("worker", ["sshd"], limits=limits))
 
 
 def pod(job: dict, role: str, i: int, backend: str) -> dict:

@@ -1,7 +1,7 @@
 """Two `make bench` results side by side, as a Markdown table: each operator case and figure, before
 -> after (the JSON files bench/run.py writes; BENCH_OPERATOR_ROOT=<older checkout> makes the first).
 
-    python bench/compare.py before.json after.json
+    python -m bench.compare before.json after.json
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_operator import _get
+from bench.bench_operator import _get
 
 FIGURES = [
     ("MPIJobs Running/s", "running_per_s"),

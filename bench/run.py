@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one table on stdout, JSON in --out (<UTC time>.json and latest.json).
 
-    python bench/run.py [--out bench/results] [--cases job:2:100,...] [--no-profile] [--quick]
+    python -m bench.run [--out bench/results] [--cases job:2:100,...] [--no-profile] [--quick]
 
 - plan: pure reconciles per second (bench_plan), no cluster;
 - informer: events/s through informer -> queue, memory per cached pod (bench_informer);
@@ -24,13 +24,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_cluster  # noqa: E402
-import bench_informer  # noqa: E402
-import bench_operator  # noqa: E402
-import bench_plan  # noqa: E402
+from bench import bench_cluster, bench_informer, bench_operator, bench_plan
+from testsupport.paths import ROOT
 
 
 def cluster_dir() -> Path:

@@ -12,13 +12,14 @@ import sys
 import threading
 import time
 
+from client.errors import ApiError
+from client.resources import MPIJOBS
+from client.rest import RestClient
 from controller import config, health, logs
 from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
-from informers.resources import MPIJOBS
-from informers.rest import ApiError, RestClient
 
 log = logs.get("main")
 COMPONENT = "mpi-operator"

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 import tenacity
 import urllib3
 
+from client.errors import ApiError
+from client.resources import EVENTS, MPIJOBS, resource_for
+from client.rest import RestClient
 from controller import logs, metrics
-from informers.resources import EVENTS, MPIJOBS, resource_for
-from informers.rest import ApiError, RestClient
 from reconcilers.diff import merge_patch
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 

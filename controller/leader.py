@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from client.errors import ApiError
+from client.resources import LEASES
+from client.rest import RestClient
 from controller import logs, metrics
-from informers.resources import LEASES
-from informers.rest import ApiError, RestClient
 
 log = logs.get("leader")
 

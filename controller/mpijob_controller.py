@@ -15,14 +15,8 @@ from datetime import UTC, datetime
 
 import structlog
 
-from controller import logs, metrics, sshkeys
-from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, Refused
-from controller.expectations import Expectations
-from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
-from informers.factory import InformerFactory
-from informers.reflector import CONNECTION_ERRORS
-from informers.resources import (
+from client.errors import ApiError
+from client.resources import (
     CONFIGMAPS,
     JOBS,
     MPIJOBS,
@@ -33,7 +27,13 @@ from informers.resources import (
     STATEFULSETS,
     VOLCANO_PODGROUPS,
 )
-from informers.rest import ApiError
+from controller import logs, metrics, sshkeys
+from controller.config import Options
+from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, Refused
+from controller.expectations import Expectations
+from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from informers.factory import InformerFactory
+from informers.reflector import CONNECTION_ERRORS
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields
 from reconcilers import names

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from informers.rest import TokenBucket
+from client.ratelimit import TokenBucket
 
 # The buckets client-go uses (ExponentialBuckets(10e-9, 10, 10)).
 _BUCKETS = tuple(10e-9 * 10**i for i in range(10))

@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The Kueue modules' fixtures (e2e/test_kueue*.py), module-scoped: one Kueue per module that asks.
 from kueue_fixtures import (  # noqa: F401
     kueue,
@@ -25,9 +22,10 @@ from kueue_fixtures import (  # noqa: F401
     pools,
     queues,
 )
-from support import ROOT, Operator, install_crd, service_account_kubeconfig
 
-from tests.cluster_fixtures import CLUSTER_DIR
+from testsupport.kubectl import install_crd, service_account_kubeconfig
+from testsupport.operator_process import Operator
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 REAL_NODE = "realnode"
 

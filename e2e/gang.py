@@ -6,26 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import ROOT
-
-from tests.waiting import wait_until
+from testsupport.net import free_port
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 SCHEDULER_NAME = "mpijob-gang-scheduler"
 POOL_LABEL = "mpijob-operator.dev/gang-pool"
 GANG_ROLES = {"scheduler-plugins": "mpi-operator-gang-scheduler-plugins", "volcano": "mpi-operator-gang-volcano"}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _script(name: str, timeout: float) -> list[str]:
@@ -105,7 +99,7 @@ def second_scheduler(kubeconfig: str, workdir: Path) -> Iterator[SecondScheduler
     bin_dir = Path(_script("build-scheduler-plugins.sh", 1800)[-1])
     cfg = workdir / "scheduler.yaml"
     cfg.write_text(scheduler_config(kubeconfig, SCHEDULER_NAME))
-    sched_port = _free_port()
+    sched_port = free_port()
     commands = {
         "scheduler": [str(bin_dir / "scheduler"), f"--config={cfg}", "--bind-address=127.0.0.1",
                       f"--secure-port={sched_port}", f"--authentication-kubeconfig={kubeconfig}",
@@ -115,8 +109,8 @@ def second_scheduler(kubeconfig: str, workdir: Path) -> Iterator[SecondScheduler
                       # wait for the 5-minute flush of unschedulable pods. (A busy cluster adds pods
                       # all the time; this cluster's tests do not.)
                       "--pod-max-in-unschedulable-pods-duration=5s"],
-        "controller": [str(bin_dir / "controller"), f"--metricsAddr=127.0.0.1:{_free_port()}",
-                       f"--probeAddr=127.0.0.1:{_free_port()}", "--qps=50", "--burst=100"],
+        "controller": [str(bin_dir / "controller"), f"--metricsAddr=127.0.0.1:{free_port()}",
+                       f"--probeAddr=127.0.0.1:{free_port()}", "--qps=50", "--burst=100"],
     }
     procs, logs = [], []
     try:

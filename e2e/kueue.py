@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from support import ROOT, get, items
-
-from tests.waiting import wait_until
+from testsupport.kubectl import get, items
+from testsupport.net import free_port
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -54,11 +54,6 @@ def build() -> tuple[Path, Path]:
     binary, crds = r.stdout.strip().splitlines()[-2:]
     return Path(binary), Path(crds)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def self_signed_cert(directory: Path) -> None:

@@ -25,9 +25,10 @@ from kueue import (
     wait_workload,
     workload_priority_class,
 )
-from support import JOB_NAME, apply, get, items, live
 
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL
+from testsupport.kubectl import apply, get, items, live
+from testsupport.waiting import wait_until
 
 SESSION = uuid.uuid4().hex[:6]
 LABEL_PREFIX = "kueue-e2e.mpijob-operator.dev"
@@ -242,7 +243,7 @@ def submit(kubectl, ns: str, job: dict, queue: str, priority: str | None = None)
 
 
 def all_pods(kubectl, ns: str, name: str) -> list[dict]:
-    return items(kubectl, ns, "pods", f"{JOB_NAME}={name}")
+    return items(kubectl, ns, "pods", f"{JOB_NAME_LABEL}={name}")
 
 
 def worker_template(kubectl, ns: str, name: str, backend: str) -> dict:

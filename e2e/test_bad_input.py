@@ -10,9 +10,10 @@ import re
 import time
 
 import pytest
-from support import apply, conditions, events, get, mpijob, wait_condition
 
-from tests.waiting import wait_until
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, conditions, events, get, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 W = "spec.mpiReplicaSpecs.Worker.template"
@@ -23,7 +24,7 @@ def worker_container(job: dict) -> dict:
 
 
 def bad(name: str, change) -> dict:
-    job = mpijob(name, launcher_runs="2s")
+    job = simulated_mpijob(name, launcher_runs="2s")
     change(job)
     return job
 
@@ -96,7 +97,7 @@ def test_a_permanent_refusal_fails_with_the_servers_words_and_clears_when_the_sp
         kubectl, start_operator, namespace):
     """imagePullPolicy is not checked by validation: the Job create is refused with 422."""
     op = start_operator("job", namespace, "--log-format=json")
-    job = mpijob("pull", launcher_runs="2s", policy="AtStartup")
+    job = simulated_mpijob("pull", launcher_runs="2s", policy="AtStartup")
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     launcher["imagePullPolicy"] = "Sometimes"
     apply(kubectl, namespace, job)
@@ -126,7 +127,7 @@ def test_a_quota_refusal_shows_blocked_and_clears_when_the_quota_is_raised(kubec
     wait_until(lambda: (get(kubectl, namespace, "resourcequota", "jobs") or {}).get("status", {}).get("hard"),
                30, what="the quota controller to fill the quota's status")
     op = start_operator("job", namespace, "--log-format=json")
-    apply(kubectl, namespace, mpijob("q", launcher_runs="2s"))  # WaitForWorkersReady: workers first
+    apply(kubectl, namespace, simulated_mpijob("q", launcher_runs="2s"))  # WaitForWorkersReady: workers first
     blocked = wait_condition(kubectl, namespace, "q", "Blocked", timeout=30)
     assert blocked["reason"] == "ChildRefused" and "exceeded quota" in blocked["message"], blocked
     assert "Failed" not in conditions(kubectl, namespace, "q")

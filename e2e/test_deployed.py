@@ -22,7 +22,6 @@ import base64
 import gzip
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -32,10 +31,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ROOT, wait_condition
 
-from tests.cluster_fixtures import CLUSTER_DIR
-from tests.waiting import wait_until
+from testsupport.kubectl import wait_condition
+from testsupport.net import free_port
+from testsupport.paths import CLUSTER_DIR, ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 NS = "mpi-operator"
@@ -130,11 +130,6 @@ def test_the_standby_takes_over_when_the_leader_pod_is_deleted(kubectl, deployed
 
 PROM = "e2e"  # the Prometheus resource
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build_prometheus() -> tuple[Path, Path]:

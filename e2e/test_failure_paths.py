@@ -10,22 +10,11 @@ import json
 import time
 
 import pytest
-from support import (
-    JOB_NAME,
-    ROLE,
-    apply,
-    conditions,
-    events,
-    get,
-    items,
-    live,
-    mpijob,
-    now,
-    pods,
-    wait_condition,
-)
 
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, conditions, events, get, items, live, now, pods, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
@@ -46,14 +35,14 @@ def suspend(kubectl, ns: str, name: str, value: bool) -> None:
 
 
 def worker_objects(kubectl, ns: str, name: str) -> list[str]:
-    sel = f"{JOB_NAME}={name},{ROLE}=worker"
+    sel = f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}=worker"
     return sorted(f"{o['kind']}/{o['metadata']['name']}" for k in ("jobs", "statefulsets")
                   for o in items(kubectl, ns, k, sel))
 
 
 def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, namespace, backend):
     """The pod ends Succeeded; an Indexed Job never reruns that index, so the operator must."""
-    apply(kubectl, namespace, mpijob("pi", workers=3, launcher_runs=None))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=3, launcher_runs=None))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-1"]
     t0 = now()
@@ -77,11 +66,12 @@ def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, names
 
 def test_suspend_then_resume_brings_every_worker_back(kubectl, operator, namespace, backend):
     """Kueue's preemption: every worker's sshd exits 0 on the suspend; the resume only flips suspend."""
-    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs="8s"))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="8s"))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     suspend(kubectl, namespace, "pi", True)
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
-    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi")), 60, what="every pod stopped")
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi")), 60,
+               what="every pod stopped")
     phases = {p["status"].get("phase") for p in pods(kubectl, namespace, "pi", "worker")}
     assert phases <= {"Succeeded"}, phases  # as sshd does
     suspend(kubectl, namespace, "pi", False)
@@ -92,7 +82,7 @@ def test_suspend_then_resume_brings_every_worker_back(kubectl, operator, namespa
 @pytest.mark.parametrize("rounds", [10])
 def test_delete_and_recreate_under_the_same_name(kubectl, operator, namespace, backend, rounds):
     """`kubectl delete --wait=false && kubectl apply`: the old children are still there for a moment."""
-    job = mpijob("pi", launcher_runs="1s", policy="AtStartup")
+    job = simulated_mpijob("pi", launcher_runs="1s", policy="AtStartup")
     for i in range(rounds):
         apply(kubectl, namespace, job)
         wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=60)
@@ -105,7 +95,7 @@ def test_delete_and_recreate_under_the_same_name(kubectl, operator, namespace, b
 
 def test_a_real_clash_is_reported_then_clears(kubectl, operator, namespace, backend):
     kubectl("-n", namespace, "create", "configmap", "pi-config", "--from-literal=k=v")
-    apply(kubectl, namespace, mpijob("pi", launcher_runs="1s"))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="1s"))
     failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
     assert failed["reason"] == "ResourceExists" and "pi-config" in failed["message"], failed
     evs = [e for e in events(kubectl, namespace, "pi") if e["reason"] == "ResourceExists"]
@@ -117,7 +107,7 @@ def test_a_real_clash_is_reported_then_clears(kubectl, operator, namespace, back
 
 @pytest.mark.parametrize("first,then", [("statefulset", "job"), ("job", "statefulset")])
 def test_restart_with_the_other_backend_keeps_the_running_workers(kubectl, start_operator, namespace, first, then):
-    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs="15s"))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="15s"))
     op = start_operator(first, namespace)
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     kind = "StatefulSet" if first == "statefulset" else "Job"
@@ -125,8 +115,8 @@ def test_restart_with_the_other_backend_keeps_the_running_workers(kubectl, start
     op.stop()
     start_operator(then, namespace)
     # a new MPIJob takes the new flag, one with the annotation keeps the old one
-    apply(kubectl, namespace, mpijob("fresh", workers=1, launcher_runs="1s"))
-    pinned = mpijob("pinned", workers=1, launcher_runs="1s")
+    apply(kubectl, namespace, simulated_mpijob("fresh", workers=1, launcher_runs="1s"))
+    pinned = simulated_mpijob("pinned", workers=1, launcher_runs="1s")
     pinned["metadata"]["annotations"] = {BACKEND_ANNOTATION: first}
     apply(kubectl, namespace, pinned)
     wait_condition(kubectl, namespace, "fresh", "Succeeded", timeout=90)
@@ -150,7 +140,7 @@ def node_selectors(kubectl, ns: str, name: str) -> list[dict]:
 
 def test_a_template_key_removed_while_suspended_is_gone_from_the_pods(kubectl, operator, namespace, backend):
     """Kueue re-admits on another flavor: the worker template's nodeSelector key is replaced."""
-    job = mpijob("pi", workers=2, launcher_runs=None)
+    job = simulated_mpijob("pi", workers=2, launcher_runs=None)
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"type": "kwok"}
     apply(kubectl, namespace, job)
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
@@ -170,10 +160,11 @@ def test_a_template_key_removed_while_suspended_is_gone_from_the_pods(kubectl, o
 def test_resume_with_wait_for_workers_ready_waits_for_them_again(kubectl, operator, namespace, backend):
     """Upstream #615: on resume the launcher must wait for Ready workers, as on the first start. The
     resumed workers cannot be placed here (a nodeSelector no node has), so none is ever Ready."""
-    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs=None, policy="WaitForWorkersReady"))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs=None, policy="WaitForWorkersReady"))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     suspend(kubectl, namespace, "pi", True)
-    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi")), 60, what="every pod stopped")
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi")), 60,
+               what="every pod stopped")
     kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=json", "-p", json.dumps([
         {"op": "add", "path": "/spec/mpiReplicaSpecs/Worker/template/spec/nodeSelector",
          "value": {"mpijob-operator.dev/no-such-node": "x"}},

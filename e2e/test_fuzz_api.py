@@ -15,8 +15,10 @@ import re
 import time
 
 import pytest
-from support import apply, events, items, mpijob, wait_condition
 from test_bad_input import CASES as INVALID_SPEC_CASES
+
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, events, items, wait_condition
 
 pytestmark = pytest.mark.cluster
 COUNT = int(os.environ.get("E2E_FUZZ_COUNT", "200"))
@@ -75,7 +77,7 @@ RANK = {"admission": 0, "invalid": 1, "refused": 2, "valid": 3}
 
 
 def generate(rng: random.Random, i: int) -> tuple[dict, list[str], str]:
-    job = mpijob(f"f{i:03d}", workers=rng.randint(0, 2), launcher_runs="1s")
+    job = simulated_mpijob(f"f{i:03d}", workers=rng.randint(0, 2), launcher_runs="1s")
     picks: list = []
     for m in rng.sample(MUTATIONS, rng.choice([0, 1, 1, 2])):
         if all(m[3] != p[3] for p in picks):
@@ -165,7 +167,7 @@ def test_a_few_hundred_seeded_mpijobs_none_stuck(kubectl, start_operator, namesp
     assert log.count("Traceback") == 0, "tracebacks in the operator's log"
     assert not problems, "\n".join(problems[:20])
 
-    last = copy.deepcopy(mpijob("last", launcher_runs="1s"))
+    last = copy.deepcopy(simulated_mpijob("last", launcher_runs="1s"))
     apply(kubectl, namespace, last)
     wait_condition(kubectl, namespace, "last", "Succeeded", timeout=120)
     assert not [e for e in events(kubectl, namespace, "last") if e["type"] == "Warning"]

@@ -28,10 +28,11 @@ from gang import (
     podgroup_crds,
     second_scheduler,
 )
-from support import MPIJOBS, apply, conditions, events, get, mpijob, pods, wait_condition
 
 from reconcilers import podgroup as pg
-from tests.waiting import wait_until
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, pods, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -64,7 +65,7 @@ def pool(kubectl):
 
 
 def gang_job(name: str, placement: dict, launcher_runs: str) -> dict:
-    job = mpijob(name, workers=WORKERS, launcher_runs=launcher_runs, policy="AtStartup")
+    job = simulated_mpijob(name, workers=WORKERS, launcher_runs=launcher_runs, policy="AtStartup")
     for rs in job["spec"]["mpiReplicaSpecs"].values():
         spec = rs["template"]["spec"]
         spec.update(copy.deepcopy(placement))
@@ -178,9 +179,9 @@ def test_without_gang_scheduling_the_second_mpijob_is_placed_in_part(kubectl, po
 def test_volcano_podgroups_are_accepted_by_volcanos_crd(kubectl, crds, namespace, backend, start_operator):
     grant_gang_rbac(kubectl, "volcano", namespace)
     op = start_operator(backend, namespace, "--gang-scheduling=volcano")
-    with_queue = mpijob("q", workers=WORKERS, launcher_runs=None, policy="AtStartup", run_policy={
+    with_queue = simulated_mpijob("q", workers=WORKERS, launcher_runs=None, policy="AtStartup", run_policy={
         "schedulingPolicy": {"queue": "research", "priorityClass": "high", "minAvailable": 3}})
-    plain = mpijob("plain", workers=WORKERS, launcher_runs=None, policy="AtStartup")
+    plain = simulated_mpijob("plain", workers=WORKERS, launcher_runs=None, policy="AtStartup")
     for job in (with_queue, plain):
         for rs in job["spec"]["mpiReplicaSpecs"].values():
             rs["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}

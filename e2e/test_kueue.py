@@ -26,18 +26,11 @@ from kueue import (
     workload,
 )
 from kueue_fixtures import TAINT, all_pods, running_pods, submit, worker_template
-from support import (
-    CRD,
-    conditions,
-    get,
-    live,
-    mpijob,
-    now,
-    pods,
-    wait_condition,
-)
 
-from tests.waiting import wait_until
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import conditions, get, live, now, pods, wait_condition
+from testsupport.paths import CRD
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +38,7 @@ pytestmark = pytest.mark.cluster
 def test_admitted_on_its_flavor_runs_to_succeeded_and_finishes_the_workload(
         kubectl, kueue, operator, namespace, backend, queues, pools, pods_ready):
     q = queues({"a": "1"})
-    submit(kubectl, namespace, mpijob("pi", launcher_runs="4s"), q.local)
+    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs="4s"), q.local)
     # No Suspended to wait for: Kueue admits in milliseconds, often before the operator's first
     # reconcile, which then never sees the MPIJob suspended (the quota test holds one suspended).
     w = wait_workload(kubectl, namespace, "pi", "Admitted")
@@ -68,9 +61,9 @@ def test_over_quota_mpijob_waits_suspended_without_pods_until_the_first_finishes
         kubectl, kueue, operator, namespace, backend, queues):
     # Each MPIJob asks 3 x 10m (launcher and 2 workers): one fits in 40m, two do not.
     q = queues({"a": "40m"})
-    submit(kubectl, namespace, mpijob("one", launcher_runs="6s"), q.local)
+    submit(kubectl, namespace, simulated_mpijob("one", launcher_runs="6s"), q.local)
     wait_workload(kubectl, namespace, "one", "Admitted")
-    submit(kubectl, namespace, mpijob("two", launcher_runs="2s"), q.local)
+    submit(kubectl, namespace, simulated_mpijob("two", launcher_runs="2s"), q.local)
     wait_until(lambda: workload(kubectl, namespace, "two"), 30, what="Workload of two")
 
     # Until one has finished, two stays suspended, without a single pod.
@@ -99,12 +92,12 @@ def test_preempted_mpijob_loses_every_pod_then_runs_again_from_scratch(
     q = queues({"a": "40m"}, preempt=True)
     low, high = queues.priority("low", 100), queues.priority("high", 1000)
     # The launcher runs long enough to be preempted mid-run, short enough to finish on its rerun.
-    submit(kubectl, namespace, mpijob("low", launcher_runs="15s"), q.local, low)
+    submit(kubectl, namespace, simulated_mpijob("low", launcher_runs="15s"), q.local, low)
     wait_condition(kubectl, namespace, "low", "Running", timeout=60)
     pods_ready(namespace, "low")
     first_run = {p["metadata"]["uid"] for p in running_pods(kubectl, namespace, "low", 2)}
 
-    submit(kubectl, namespace, mpijob("high", launcher_runs="3s"), q.local, high)
+    submit(kubectl, namespace, simulated_mpijob("high", launcher_runs="3s"), q.local, high)
     t0 = now()
     wait_until(lambda: not live(all_pods(kubectl, namespace, "low")), 20, interval=0.2,
                what="every pod of the preempted MPIJob gone")
@@ -127,7 +120,7 @@ def test_preempted_mpijob_loses_every_pod_then_runs_again_from_scratch(
 def test_readmitted_on_a_flavor_with_other_keys_gets_exactly_its_selector(
         kubectl, kueue, operator, namespace, backend, queues, pools, pods_ready):
     q = queues({"a": "1", "b": "1"})
-    submit(kubectl, namespace, mpijob("pi", launcher_runs=None), q.local)
+    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None), q.local)
     w = wait_workload(kubectl, namespace, "pi", "Admitted")
     assert admitted_flavors(w) == {q.flavors["a"]}
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
@@ -156,7 +149,7 @@ def test_readmitted_on_a_flavor_with_other_keys_gets_exactly_its_selector(
 def test_pods_ready_is_read_from_the_status_and_a_recovered_worker_is_not_evicted(
         kubectl, kueue, operator, namespace, backend, queues, pods_ready):
     q = queues({"a": "1"})
-    submit(kubectl, namespace, mpijob("pi", launcher_runs=None), q.local)
+    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None), q.local)
     wait_workload(kubectl, namespace, "pi", "Admitted")
     # Kueue's PodsReady is the MPIJob's Running: it cannot turn True before Running does.
     running = wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
@@ -215,13 +208,13 @@ def test_a_malformed_mpijob_does_not_stop_the_others_being_admitted(
         kubectl, kueue, operator, namespace, backend, queues):
     q = queues({"a": "1"})
     r = kubectl("-n", namespace, "apply", "-f", "-", check=False,
-                input=json.dumps(queued(malformed(mpijob("bad")), q.local)))
+                input=json.dumps(queued(malformed(simulated_mpijob("bad")), q.local)))
     # The generated PodTemplateSpec schema (manifests/crd) refuses it at admission, naming the field,
     # so no Go client (Kueue's informer) ever meets it; the old schema stored it and blinded Kueue.
     assert typed_templates(CRD), "the CRD's pod templates must carry the full PodTemplateSpec schema"
     assert r.returncode != 0 and "limits" in r.stderr and "cpu" in r.stderr, (r.returncode, r.stderr)
     try:
-        submit(kubectl, namespace, mpijob("good", launcher_runs="2s"), q.local)
+        submit(kubectl, namespace, simulated_mpijob("good", launcher_runs="2s"), q.local)
         wait_workload(kubectl, namespace, "good", "Admitted", timeout=30)
         wait_condition(kubectl, namespace, "good", "Succeeded", timeout=60)
     finally:

@@ -37,23 +37,13 @@ from kueue import (
 )
 from kueue_fixtures import SESSION, create, install_crds, release, submit
 from relay import Relay
-from support import (
-    JOB_NAME,
-    MPIJOBS,
-    Operator,
-    apply,
-    conditions,
-    events,
-    get,
-    install_crd,
-    items,
-    mpijob,
-    now,
-    wait_condition,
-)
 from worker_cluster import HACK, WorkerCluster
 
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, install_crd, items, now, wait_condition
+from testsupport.operator_process import Operator
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 KINDS_OF_CHILDREN = ("pods", "jobs.batch", "statefulsets.apps", "services", "configmaps", "secrets",
@@ -184,7 +174,7 @@ def mk_queue(kubectl, kueue, multikueue, worker_side, namespace, backend, start_
 
 
 def dispatched(name: str, **extra) -> dict:
-    job = mpijob(name, **extra)
+    job = simulated_mpijob(name, **extra)
     job["spec"]["runPolicy"]["managedBy"] = MULTIKUEUE
     return job
 
@@ -198,7 +188,7 @@ def nothing_of_ours_in_the_manager(kubectl, ns: str, name: str) -> None:
             continue
         owned = [o["metadata"]["name"] for o in json.loads(r.stdout)["items"]
                  if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
-                 or (o["metadata"].get("labels") or {}).get(JOB_NAME) == name]
+                 or (o["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name]
         assert not owned, f"the manager has {kind} of the MPIJob: {owned}"
     ours = [e["reason"] for e in events(kubectl, ns, name) if e.get("reportingComponent") == "mpi-operator"]
     assert not ours, f"the manager's operator recorded Events for an MPIJob it does not manage: {ours}"
@@ -234,7 +224,7 @@ class WorkerWatch:
         if job:
             self.mpijobs.add(job["metadata"]["uid"])
         for p in items(self.cluster.kubectl, self.ns, "pods",
-                       f"{JOB_NAME}={self.name},training.kubeflow.org/job-role=launcher"):
+                       f"{JOB_NAME_LABEL}={self.name},training.kubeflow.org/job-role=launcher"):
             self.launchers.add(p["metadata"]["uid"])
         self.workloads |= {w["metadata"]["uid"] for w in items(self.cluster.kubectl, self.ns,
                                                                "workloads.kueue.x-k8s.io")}

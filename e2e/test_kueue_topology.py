@@ -46,9 +46,11 @@ from kueue_fixtures import (
     submit,
     wait_nodes_ready,
 )
-from support import ROOT, apply, items, mpijob, wait_condition
 
-from tests.waiting import wait_until
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, items, wait_condition
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 BLOCK = f"{LABEL_PREFIX}/block"
@@ -164,7 +166,7 @@ def check_rank(pod: dict, rank_to_domain: list[dict[str, str]], rank: int, tas: 
 def test_kueue_topology_required_rack_puts_every_worker_in_one_rack_in_rank_order(
         kubectl, kueue, operator, namespace, backend, replica_index_policy, tas, tas_queue, pods_ready,
         launcher_as_worker):
-    job = annotate(one_cpu(mpijob("pi", workers=4, launcher_runs="8s"), "Worker"), "Worker",
+    job = annotate(one_cpu(simulated_mpijob("pi", workers=4, launcher_runs="8s"), "Worker"), "Worker",
                    {REQUIRED_TOPOLOGY: RACK})
     job["spec"]["runLauncherAsWorker"] = launcher_as_worker
     submit(kubectl, namespace, job, tas_queue)
@@ -193,7 +195,7 @@ def test_kueue_topology_podset_group_puts_the_launcher_and_its_workers_in_one_ra
         kubectl, kueue, operator, namespace, backend, replica_index_policy, tas, tas_queue, pods_ready):
     # The launcher is rank 0 and one of the four 1-CPU pods the rack must hold with its 3 workers.
     group = {REQUIRED_TOPOLOGY: RACK, PODSET_GROUP: "mpi"}
-    job = one_cpu(mpijob("pi", workers=3, launcher_runs="8s"), "Launcher", "Worker")
+    job = one_cpu(simulated_mpijob("pi", workers=3, launcher_runs="8s"), "Launcher", "Worker")
     job = annotate(annotate(job, "Launcher", group), "Worker", group)
     job["spec"]["runLauncherAsWorker"] = True
     submit(kubectl, namespace, job, tas_queue)

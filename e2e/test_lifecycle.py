@@ -9,21 +9,11 @@ import json
 import time
 
 import pytest
-from support import (
-    JOB_NAME,
-    OPERATOR_LABEL,
-    apply,
-    conditions,
-    events,
-    get,
-    items,
-    live,
-    mpijob,
-    pods,
-    wait_condition,
-)
 
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL, OPERATOR_NAME_LABEL
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, conditions, events, get, items, live, pods, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,10 +23,10 @@ def workers_kind(backend: str) -> str:
 
 
 def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", workers=3, slots=2, launcher_runs="4s"))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=3, slots=2, launcher_runs="4s"))
     wait_condition(kubectl, namespace, "pi", "Created")
 
-    labels = {JOB_NAME: "pi", OPERATOR_LABEL: "mpi-operator"}
+    labels = {JOB_NAME_LABEL: "pi", OPERATOR_NAME_LABEL: "mpi-operator"}
     cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap")
     assert cm["data"]["hostfile"].split("\n")[:3] == [
         f"pi-worker-{i}.pi.{namespace}.svc slots=2" for i in range(3)
@@ -81,7 +71,7 @@ def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, 
 
 
 def test_launcher_fails_until_backoff_limit(kubectl, operator, namespace, backend):
-    job = mpijob("bad", launcher_runs="1s", launcher_exit=1, run_policy={"backoffLimit": 1})
+    job = simulated_mpijob("bad", launcher_runs="1s", launcher_exit=1, run_policy={"backoffLimit": 1})
     apply(kubectl, namespace, job)
     failed = wait_condition(kubectl, namespace, "bad", "Failed", timeout=120)
     assert failed["reason"] == "BackoffLimitExceeded", failed
@@ -93,7 +83,7 @@ def test_launcher_fails_until_backoff_limit(kubectl, operator, namespace, backen
 
 
 def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     victim = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-0"]
     assert victim
@@ -114,10 +104,10 @@ def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespac
 
 
 def test_suspend_then_resume(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
     for _ in range(6):  # while suspended, no pod is started
-        assert not items(kubectl, namespace, "pods", f"{JOB_NAME}=pi")
+        assert not items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi")
         time.sleep(0.5)
     kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60, status="False")
@@ -125,7 +115,7 @@ def test_suspend_then_resume(kubectl, operator, namespace, backend):
 
 
 def test_suspend_running_job_stops_every_pod(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
@@ -134,35 +124,35 @@ def test_suspend_running_job_stops_every_pod(kubectl, operator, namespace, backe
 
 
 def test_active_deadline_fails_the_job(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("slow", launcher_runs=None, run_policy={"activeDeadlineSeconds": 8}))
+    apply(kubectl, namespace, simulated_mpijob("slow", launcher_runs=None, run_policy={"activeDeadlineSeconds": 8}))
     failed = wait_condition(kubectl, namespace, "slow", "Failed", timeout=90)
     assert failed["reason"] == "DeadlineExceeded", failed
     wait_until(lambda: not live(pods(kubectl, namespace, "slow", "worker")), 60, what="workers stopped")
 
 
 def test_ttl_deletes_the_finished_job_and_children(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", launcher_runs="2s", run_policy={"ttlSecondsAfterFinished": 3}))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="2s", run_policy={"ttlSecondsAfterFinished": 3}))
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     wait_until(lambda: get(kubectl, namespace, "mpijob", "pi") is None, 60, what="MPIJob deleted by TTL")
     wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config") is None, 60, what="children collected")
 
 
 def test_deleting_the_mpijob_collects_every_child(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", launcher_runs=None))
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     kubectl("-n", namespace, "delete", "mpijob", "pi", "--wait=false")
 
     def gone() -> bool:
         left = [f"{k}/{o['metadata']['name']}" for k in ("configmap", "secret", "service", "job", "statefulset")
-                for o in items(kubectl, namespace, k, f"{JOB_NAME}=pi")]
-        left += [p["metadata"]["name"] for p in live(items(kubectl, namespace, "pods", f"{JOB_NAME}=pi"))]
+                for o in items(kubectl, namespace, k, f"{JOB_NAME_LABEL}=pi")]
+        left += [p["metadata"]["name"] for p in live(items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi"))]
         return not left
 
     wait_until(gone, 90, what="children garbage-collected")
 
 
 def test_drift_is_repaired(kubectl, operator, namespace, backend):
-    apply(kubectl, namespace, mpijob("pi", workers=2, launcher_runs=None))
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs=None))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     old = get(kubectl, namespace, "configmap", "pi-config")
     kubectl("-n", namespace, "delete", "configmap", "pi-config")
@@ -181,18 +171,18 @@ def test_drift_is_repaired(kubectl, operator, namespace, backend):
 
 
 def test_invalid_spec_rejected_at_admission(kubectl, crd, namespace):
-    job = mpijob("two-launchers")
+    job = simulated_mpijob("two-launchers")
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2
     r = kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job), check=False)
     assert r.returncode != 0 and "Launcher" in r.stderr, r.stderr
 
 
 def test_invalid_spec_beyond_the_schema_is_failed_with_event(kubectl, operator, namespace, backend):
-    job = mpijob("nocontainers")
+    job = simulated_mpijob("nocontainers")
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] = []
     apply(kubectl, namespace, job)
     failed = wait_condition(kubectl, namespace, "nocontainers", "Failed", timeout=60)
     assert failed["reason"] == "InvalidSpec" and "Worker" in failed["message"], failed
     evs = [e for e in events(kubectl, namespace, "nocontainers") if e["reason"] == "InvalidSpec"]
     assert evs and evs[0]["type"] == "Warning" and "containers" in evs[0]["message"], evs
-    assert not items(kubectl, namespace, "configmap", f"{JOB_NAME}=nocontainers")
+    assert not items(kubectl, namespace, "configmap", f"{JOB_NAME_LABEL}=nocontainers")

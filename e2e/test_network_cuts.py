@@ -11,9 +11,11 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from operator_process import OperatorProcess  # hack/, on sys.path through support
 from relay import Relay
-from support import apply, mpijob, wait_condition
+
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, wait_condition
+from testsupport.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 CUTS = 5  # down 3 s, up 3 s each: enough for the old code to reach its 30 s backoff cap
@@ -44,7 +46,7 @@ def test_a_new_mpijob_runs_within_10s_of_the_network_coming_back(kubectl, crd, n
     op = OperatorProcess(kubeconfig, "job", namespace, tmp_path / "op.log", ("--log-format=json",))
     try:
         op.wait_ready()
-        apply(kubectl, namespace, mpijob("before", launcher_runs=None, workers=1, policy="AtStartup"))
+        apply(kubectl, namespace, simulated_mpijob("before", launcher_runs=None, workers=1, policy="AtStartup"))
         wait_condition(kubectl, namespace, "before", "Running", timeout=60)
         for _ in range(CUTS):
             r.cut()
@@ -55,7 +57,7 @@ def test_a_new_mpijob_runs_within_10s_of_the_network_coming_back(kubectl, crd, n
         time.sleep(DOWN)
         r.restore()
         back = time.time()
-        apply(kubectl, namespace, mpijob("after", launcher_runs=None, workers=1, policy="AtStartup"))
+        apply(kubectl, namespace, simulated_mpijob("after", launcher_runs=None, workers=1, policy="AtStartup"))
         running = wait_condition(kubectl, namespace, "after", "Running", timeout=60)
         # Measured on the API server's clock (the same machine): kubectl's own polling latency on a
         # loaded machine is not the operator's. lastTransitionTime has whole seconds: +1 s of slack.

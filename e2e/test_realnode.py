@@ -8,16 +8,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.cluster_fixtures import CLUSTER_DIR  # noqa: E402
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 NODE = "realnode"
 LABEL = "mpijob-operator.dev/real-node"

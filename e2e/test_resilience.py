@@ -7,9 +7,11 @@ import json
 import time
 
 import pytest
-from support import JOB_NAME, apply, conditions, get, items, mpijob, pods, wait_condition
 
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, conditions, get, items, pods, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -21,7 +23,7 @@ def _succeeded(kubectl, ns: str) -> set[str]:
 
 
 def _secret_uids(kubectl, ns: str) -> dict[str, str]:
-    return {s["metadata"]["name"]: s["metadata"]["uid"] for s in items(kubectl, ns, "secrets", JOB_NAME)}
+    return {s["metadata"]["name"]: s["metadata"]["uid"] for s in items(kubectl, ns, "secrets", JOB_NAME_LABEL)}
 
 
 def test_sigkill_mid_reconcile_then_restart_converges_without_duplicates(
@@ -29,9 +31,9 @@ def test_sigkill_mid_reconcile_then_restart_converges_without_duplicates(
     names = [f"k{i}" for i in range(8)]
     op = start_operator(backend, namespace)
     for n in names:
-        apply(kubectl, namespace, mpijob(n, launcher_runs="3s"))
+        apply(kubectl, namespace, simulated_mpijob(n, launcher_runs="3s"))
     # Kill it while it is creating children: some MPIJobs half done, some not started.
-    wait_until(lambda: items(kubectl, namespace, "configmaps", JOB_NAME), 30, interval=0.05, what="first child")
+    wait_until(lambda: items(kubectl, namespace, "configmaps", JOB_NAME_LABEL), 30, interval=0.05, what="first child")
     op.kill()
     secrets_before = _secret_uids(kubectl, namespace)
     start_operator(backend, namespace, name="restarted")
@@ -40,7 +42,7 @@ def test_sigkill_mid_reconcile_then_restart_converges_without_duplicates(
         launcher_pods = pods(kubectl, namespace, n, "launcher")
         assert len(launcher_pods) == 1, f"{n}: {len(launcher_pods)} launcher pods (duplicate run?)"
         for kind in ("configmap", "secret", "service", "job"):
-            assert len(items(kubectl, namespace, kind, f"{JOB_NAME}={n}")) == (
+            assert len(items(kubectl, namespace, kind, f"{JOB_NAME_LABEL}={n}")) == (
                 2 if kind == "job" and backend == "job" else 1), (n, kind)
     regenerated = secrets_before.items() - _secret_uids(kubectl, namespace).items()
     assert not regenerated, f"SSH Secrets regenerated after the restart: {regenerated}"
@@ -53,13 +55,13 @@ def test_standby_takes_over_when_the_leader_dies(kubectl, start_operator, namesp
                      if a.metric("mpi_operator_is_leader") + b.metric("mpi_operator_is_leader") == 1 else None,
                      30, what="exactly one leader")
     leader, standby = ops
-    apply(kubectl, namespace, mpijob("before", launcher_runs="2s"))
+    apply(kubectl, namespace, simulated_mpijob("before", launcher_runs="2s"))
     wait_condition(kubectl, namespace, "before", "Succeeded", timeout=90)
     assert standby.metric("mpi_operator_is_leader") == 0
     assert "created" not in standby.tail(400), "the standby wrote while it was not the leader"
     t0 = time.monotonic()
     leader.kill()
-    apply(kubectl, namespace, mpijob("after", launcher_runs="2s"))
+    apply(kubectl, namespace, simulated_mpijob("after", launcher_runs="2s"))
     wait_condition(kubectl, namespace, "after", "Succeeded", timeout=120)
     print(f"\nfailover: leader killed -> next MPIJob Succeeded in {time.monotonic() - t0:.1f}s")
     assert standby.metric("mpi_operator_is_leader") == 1
@@ -68,7 +70,7 @@ def test_standby_takes_over_when_the_leader_dies(kubectl, start_operator, namesp
 def test_fifty_mpijobs_at_once_all_succeed(kubectl, start_operator, namespace, backend):
     start_operator(backend, namespace, "--threadiness=8")
     names = [f"m{i:02d}" for i in range(50)]
-    docs = "\n---\n".join(json.dumps(mpijob(n, workers=2, launcher_runs="2s")) for n in names)
+    docs = "\n---\n".join(json.dumps(simulated_mpijob(n, workers=2, launcher_runs="2s")) for n in names)
     t0 = time.monotonic()
     kubectl("-n", namespace, "apply", "-f", "-", input=docs, timeout=120)
     wait_until(lambda: _succeeded(kubectl, namespace) == set(names), 400, interval=2, what="50 Succeeded")

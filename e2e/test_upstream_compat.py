@@ -12,30 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-from support import (
-    EXIT_CODE,
-    JOB_NAME,
-    OPERATOR_LABEL,
-    ROLE,
-    ROOT,
-    RUN_FOR,
-    OperatorProcess,
-    apply,
-    conditions,
-    get,
-    items,
-    live,
-    mpijob,
-    wait_condition,
-)
-
-from tests.waiting import wait_until
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL, OPERATOR_NAME_LABEL
+from testsupport.builders import EXIT_CODE, RUN_FOR, simulated_mpijob
+from testsupport.kubectl import apply, conditions, get, items, live, wait_condition
+from testsupport.net import free_port
+from testsupport.operator_process import OperatorProcess
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 UPSTREAM_BASE = ["-alsologtostderr", "--lock-namespace=mpi-operator"]
 
@@ -51,14 +39,9 @@ class UpstreamArgsOperator(OperatorProcess):
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_operator_runs_with_upstreams_manifest_arguments(kubectl, crd, operator_kubeconfig, namespace, tmp_path):
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     lease = f"upstream-{uuid.uuid4().hex[:6]}"
     args = [
         *UPSTREAM_BASE,
@@ -73,7 +56,7 @@ def test_operator_runs_with_upstreams_manifest_arguments(kubectl, crd, operator_
     op = UpstreamArgsOperator(args, env, tmp_path / "op.log", metrics_port, health_port)
     try:
         op.wait_ready()
-        apply(kubectl, namespace, mpijob("pi", workers=1))
+        apply(kubectl, namespace, simulated_mpijob("pi", workers=1))
         wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=120)
         held = json.loads(kubectl("-n", "mpi-operator", "get", "lease", lease, "-o", "json").stdout)
         assert held["spec"]["holderIdentity"] == lease
@@ -107,7 +90,7 @@ def upstream_children(job: dict, ns: str, workers: int) -> list[dict]:
     Service and launcher Job labelled `app: <name>` only, and bare worker pods."""
     name = job["metadata"]["name"]
     meta = lambda n: {"name": n, "namespace": ns, "labels": {"app": name}, "ownerReferences": _owner(job)}  # noqa: E731
-    pod_labels = lambda role: {OPERATOR_LABEL: "mpi-operator", JOB_NAME: name, ROLE: role}  # noqa: E731
+    pod_labels = lambda role: {OPERATOR_NAME_LABEL: "mpi-operator", JOB_NAME_LABEL: name, JOB_ROLE_LABEL: role}  # noqa: E731
     hosts = "".join(f"{name}-worker-{i}.{name}.{ns}.svc slots=1\n" for i in range(workers))
     container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
     out = [
@@ -116,7 +99,7 @@ def upstream_children(job: dict, ns: str, workers: int) -> list[dict]:
         {"apiVersion": "v1", "kind": "Secret", "metadata": meta(f"{name}-ssh"), "type": "kubernetes.io/ssh-auth",
          "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
-         "spec": {"clusterIP": "None", "selector": {OPERATOR_LABEL: "mpi-operator", JOB_NAME: name}}},
+         "spec": {"clusterIP": "None", "selector": {OPERATOR_NAME_LABEL: "mpi-operator", JOB_NAME_LABEL: name}}},
         {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(f"{name}-launcher"),
          "spec": {"backoffLimit": 6, "template": {
              "metadata": {"labels": pod_labels("launcher"), "annotations": {RUN_FOR: "8s", EXIT_CODE: "0"}},
@@ -133,12 +116,13 @@ def upstream_children(job: dict, ns: str, workers: int) -> list[dict]:
 
 
 def test_mpijob_started_by_upstream_runs_to_its_end(kubectl, start_operator, namespace, backend):
-    job = mpijob("up", workers=2, policy="AtStartup")
+    job = simulated_mpijob("up", workers=2, policy="AtStartup")
     apply(kubectl, namespace, job)
     job = get(kubectl, namespace, "mpijob", "up")
     for obj in upstream_children(job, namespace, 2):
         kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(obj))
-    wait_until(lambda: len(live(items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=worker"))) == 2,
+    up_workers = f"{JOB_NAME_LABEL}=up,{JOB_ROLE_LABEL}=worker"
+    wait_until(lambda: len(live(items(kubectl, namespace, "pods", up_workers))) == 2,
                timeout=60, what="upstream's worker pods")
 
     start_operator(backend, namespace)
@@ -146,13 +130,13 @@ def test_mpijob_started_by_upstream_runs_to_its_end(kubectl, start_operator, nam
     jobs = {j["metadata"]["name"] for j in items(kubectl, namespace, "jobs")}
     assert jobs == {"up-launcher"}, f"a second launcher or a worker Job was created: {jobs}"
     assert not items(kubectl, namespace, "statefulsets")
-    launchers = items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=launcher")
+    launchers = items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=up,{JOB_ROLE_LABEL}=launcher")
     assert len(launchers) == 1, "one launcher pod: upstream's"
     # upstream's children are adopted (our labels added), and the bare workers stopped at the end
     for kind, name in (("configmap", "up-config"), ("secret", "up-ssh"), ("service", "up"), ("job", "up-launcher")):
         labels = get(kubectl, namespace, kind, name)["metadata"]["labels"]
-        assert labels.get(OPERATOR_LABEL) == "mpi-operator" and labels.get("app") == "up", (kind, labels)
-    wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME}=up,{ROLE}=worker")), timeout=60,
+        assert labels.get(OPERATOR_NAME_LABEL) == "mpi-operator" and labels.get("app") == "up", (kind, labels)
+    wait_until(lambda: not live(items(kubectl, namespace, "pods", up_workers)), timeout=60,
                what="the bare workers stopped (cleanPodPolicy Running)")
     conds = conditions(kubectl, namespace, "up")
     assert conds["Created"]["status"] == "True" and conds["Succeeded"]["status"] == "True"

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import yaml
-from support import ROOT
+
+from testsupport.paths import ROOT
 
 HACK = ROOT / "hack"
 WORKER_CLUSTER_DIR = Path(os.environ.get("WORKER_CLUSTER_DIR", ROOT / ".cluster-worker"))

@@ -6,11 +6,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
+LOG_TAG=build-k8s
+source "$here/lib/common.sh"
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 bin="$cache/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-kwok-v${KWOK_VERSION}/bin"
 mkdir -p "$bin"
-log() { echo "[build-k8s] $*" >&2; }
 
 ldflags_k8s() {
   local v=$K8S_VERSION major=${K8S_VERSION%%.*} rest=${K8S_VERSION#*.}

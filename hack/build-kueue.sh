@@ -6,11 +6,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
+LOG_TAG=build-kueue
+source "$here/lib/common.sh"
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 bin="$cache/kueue-v${KUEUE_VERSION}/bin"
 mkdir -p "$bin"
-log() { echo "[build-kueue] $*" >&2; }
 export GOFLAGS=${GOFLAGS:--mod=mod}
 
 if [ ! -x "$bin/kueue" ]; then

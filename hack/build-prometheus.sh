@@ -7,10 +7,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
+LOG_TAG=prometheus
+source "$here/lib/common.sh"
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMETHEUS_VERSION
 bin=$dir/bin
-log() { echo "[prometheus] $*" >&2; }
 mkdir -p "$bin"
 export PATH="/usr/local/go/bin:$PATH" GOFLAGS=${GOFLAGS:--mod=mod}
 if [ ! -x "$bin/prometheus-operator" ]; then

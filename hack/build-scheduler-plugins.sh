@@ -6,7 +6,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
-log() { echo "[build-scheduler-plugins] $*" >&2; }
+LOG_TAG=build-scheduler-plugins
+source "$here/lib/common.sh"
 export GOFLAGS=${GOFLAGS:--mod=mod}
 tools="$here/tools/scheduler-plugins"
 

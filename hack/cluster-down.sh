@@ -6,22 +6,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 export CLUSTER_DIR
-source "$here/lib.sh"
+source "$here/lib/cluster.sh"
 [ -d "$CLUSTER_DIR" ] || { log "no cluster at $CLUSTER_DIR"; exit 0; }
 # REAL_NODE=0: a cluster that never had one (hack/worker-cluster-down.sh); the real node is not its to stop.
 [ "${REAL_NODE:-1}" = 0 ] || { [ -x "$here/realnode/down.sh" ] && "$here/realnode/down.sh"; }
 stop_order=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 for name in "${stop_order[@]}" $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//'); do
-  f=$CLUSTER_DIR/pids/$name.pid
-  [ -e "$f" ] || continue
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    log "stopping $name ($pid)"
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
+  stop_pid "$name"
 done
 if [ "${KEEP_STATE:-0}" != 1 ]; then
   rm -rf "$CLUSTER_DIR"

@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 source "$here/versions.sh"
-source "$here/lib.sh"
+source "$here/lib/cluster.sh"
 
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 APISERVER_PORT=${APISERVER_PORT:-6443}

@@ -13,13 +13,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import yaml
-from operator_process import OperatorProcess  # hack/, beside this script
 
-ROOT = Path(__file__).resolve().parent.parent
-CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster"))
+from testsupport.operator_process import OperatorProcess
+from testsupport.paths import CLUSTER_DIR, ROOT
+
 KUBECTL = [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={CLUSTER_DIR / 'kubeconfig'}"]
 TIMEOUT = float(os.environ.get("DEMO_TIMEOUT", "300"))
 

@@ -9,12 +9,13 @@
 #   it deletes every MPIJob of the cluster (kubectl delete -f manifests/crd/ does that).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+LOG_TAG=deploy
+source "$here/lib/common.sh"
 root=$(cd "$here/.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 local_kc=$CLUSTER_DIR/kubeconfig
 kc=${KUBECONFIG:-$local_kc}
 k() { "${KUBECTL:-$CLUSTER_DIR/bin/kubectl}" --kubeconfig="$kc" "$@"; }
-log() { echo "[deploy] $*" >&2; }
 
 case ${1:-deploy} in
   deploy)

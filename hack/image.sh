@@ -18,7 +18,7 @@ line=$("$here/images/build.sh" operator | tail -n 1)
 tarball=$(echo "$line" | awk '{print $2}')
 ref=$(echo "$line" | awk '{print $3}')
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
-source "$here/realnode/lib.sh"
+source "$here/lib/realnode.sh"
 if [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; then
   if ! ctr_k8s images ls -q | grep -qxF "$ref"; then
     echo "[image] importing $ref into the real node's containerd" >&2

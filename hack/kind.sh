@@ -14,8 +14,9 @@ NAME="${KIND_CLUSTER_NAME:-mpijob-operator}"
 IMAGE="${IMAGE:-mpijob-operator:dev}"
 KUBECONFIG_OUT="$CLUSTER_DIR/kubeconfig"
 
-log() { echo ">> $*" >&2; }
-die() { echo "hack/kind.sh: error: $*" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+LOG_TAG=kind
+source "$here/lib/common.sh"
 
 need_tools() {
   command -v kind >/dev/null 2>&1 \

@@ -1,1 +1,1 @@
-"""client-go style informers: reflector, indexed store, shared informers, REST transport."""
+"""client-go style informers (tools/cache): reflector, indexed store, shared informers, transforms."""

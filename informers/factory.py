@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from client.resources import Resource
+from client.rest import RestClient
 from informers.informer import SharedInformer
-from informers.resources import Resource
-from informers.rest import RestClient
 
 
 class InformerFactory:

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from client.resources import Resource
+from client.rest import RestClient
 from informers import metrics
 from informers.reflector import Reflector
-from informers.resources import Resource
-from informers.rest import RestClient
 from informers.store import (
     CONTROLLER_UID_INDEX,
     NAMESPACE_INDEX,

@@ -28,9 +28,10 @@ from collections.abc import Callable
 
 import urllib3
 
+from client.errors import ApiError
+from client.resources import Resource
+from client.rest import RestClient, WatchStream
 from informers import metrics
-from informers.resources import Resource
-from informers.rest import ApiError, RestClient, WatchStream
 
 log = logging.getLogger("informers.reflector")
 

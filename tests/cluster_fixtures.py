@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster"))
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 
 def _healthy(kubeconfig: Path) -> bool:

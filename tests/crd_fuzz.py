@@ -12,10 +12,11 @@ Pure and deterministic: the same seed gives the same MPIJobs.
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from testsupport import builders
 
 Path = tuple[str | int, ...]
 
@@ -41,22 +42,7 @@ class Case:
 
 
 def base_mpijob(name: str) -> dict:
-    container = {"name": "c", "image": "mpioperator/mpi-pi:openmpi", "resources": {"requests": {"cpu": "10m"}}}
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "slotsPerWorker": 1,
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [
-                    {**copy.deepcopy(container), "command": ["mpirun", "/pi"]}]}}},
-                "Worker": {"replicas": 2, "template": {"spec": {"containers": [
-                    {**copy.deepcopy(container), "command": ["/usr/sbin/sshd", "-De"]}]}}},
-            },
-        },
-    }
+    return builders.mpijob(name, run_policy={"cleanPodPolicy": "Running"})
 
 
 def _is_quantity(schema: dict) -> bool:

@@ -26,8 +26,8 @@ mkdir -p "$CACHE"
 cleanup_dirs=()
 trap 'for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done' EXIT
 
-log() { echo "[images] $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=images
+source "$here/../lib/common.sh"
 
 # The Debian mirror this machine uses (deb822 .sources or one-line sources.list).
 apt_uri() {  # apt_uri <regex for the path>: first matching URI
@@ -158,7 +158,7 @@ build_operator() {
   base=$CACHE/operator-base-$hb.layer.tar
   # The project's inputs: its metadata and every module that goes into the wheel.
   ht=$(hash_of "$hb" "$here/oci_pack.py" "$src/pyproject.toml" \
-    $(cd "$src" && find controller informers reconcilers -name '*.py' | sort | sed "s#^#$src/#") v1)
+    $(cd "$src" && find client controller informers reconcilers testsupport -name '*.py' | sort | sed "s#^#$src/#") v1)
   out=$CACHE/operator-$ht.oci.tar
   if [ -s "$out" ]; then
     echo "operator $out localhost/mpijob-operator:$ht localhost/mpijob-operator:dev"

@@ -10,12 +10,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 export CLUSTER_DIR
-# shellcheck source=hack/realnode/lib.sh
-source "$here/lib.sh"
+# shellcheck source=hack/lib/realnode.sh
+source "$here/../lib/realnode.sh"
 
 # Another cluster's real node is not ours to stop (its pods share the kubepods cgroups below).
 if owner=$(other_owner); then
-  rlog "the real node belongs to $owner: leaving it up"
+  log "the real node belongs to $owner: leaving it up"
   exit 0
 fi
 
@@ -49,7 +49,7 @@ fi
 # 3. containerd, then its shims (they outlive it): exactly those serving our socket.
 stop_pid containerd
 for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK( |$)" 2>/dev/null); do
-  rlog "stopping containerd shim $p"
+  log "stopping containerd shim $p"
   kill -KILL "$p" 2>/dev/null
 done
 
@@ -59,13 +59,13 @@ stop_pid coredns
 # 5. Mounts (secret tmpfs, overlay rootfs, netns, shm), deepest first, then the files.
 if [ -d "$RN" ] || [ -n "$(mounts_under "$RN")" ]; then
   if ! umount_under "$RN"; then
-    rlog "ERROR: these mounts under $RN could not be unmounted; not removing it:"
+    log "ERROR: these mounts under $RN could not be unmounted; not removing it:"
     mounts_under "$RN" >&2
     exit 1
   fi
   if [ "${KEEP_STATE:-0}" != 1 ]; then
     rm -rf "$RN"
-    rlog "removed $RN"
+    log "removed $RN"
   fi
 fi
 [ "$SOCK" = "$RN/containerd.sock" ] || rm -rf "$(dirname "$SOCK")"
@@ -74,7 +74,7 @@ fi
 # shellcheck disable=SC2046
 while iptables -t nat -D PREROUTING $(kubernetes_service_rule) 2>/dev/null; do :; done
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
-  ip link del "$BRIDGE" && rlog "removed bridge $BRIDGE"
+  ip link del "$BRIDGE" && log "removed bridge $BRIDGE"
 fi
 if [ -d "$CONTAINER_LOGS" ]; then
   find "$CONTAINER_LOGS" -maxdepth 1 -type l -lname "$RN/*" -delete 2>/dev/null

@@ -12,8 +12,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 export CLUSTER_DIR
-# shellcheck source=hack/realnode/lib.sh
-source "$here/lib.sh"
+# shellcheck source=hack/lib/realnode.sh
+source "$here/../lib/realnode.sh"
 NS=${NS:-realnode-smoke-$$}
 JOB=pi
 IMAGE=${IMAGE:-localhost/mpi-pi:latest}
@@ -142,10 +142,10 @@ spec:
 $(template "$JOB-launcher" launcher Never "$MPIRUN" | indent 4)
 EOF
       ;;
-    *) rdie "BACKEND must be pods, statefulset or job" ;;
+    *) die "BACKEND must be pods, statefulset or job" ;;
   esac
 } | k apply -f - >/dev/null
-rlog "submitted 2 workers ($BACKEND) + launcher in namespace $NS ($((SECONDS - t0))s)"
+log "submitted 2 workers ($BACKEND) + launcher in namespace $NS ($((SECONDS - t0))s)"
 
 launcher_pod() {  # the newest launcher pod
   k get pods -l training.kubeflow.org/job-name=$JOB,training.kubeflow.org/job-role=launcher \
@@ -167,7 +167,7 @@ for _ in $(seq 1 360); do
   sleep 0.5
 done
 lp=$(launcher_pod)
-rlog "launcher: ${p:-not done} after $((SECONDS - t0))s"
+log "launcher: ${p:-not done} after $((SECONDS - t0))s"
 uid=$(k get pod "$lp" -o jsonpath='{.metadata.uid}')
 # The kubelet's log file (kubectl logs needs the API server to reach the kubelet).
 log=$(ls "$RN/pod-logs/${NS}_${lp}_$uid/main/"*.log 2>/dev/null | tail -n 1 || true)
@@ -175,8 +175,8 @@ out=$( [ -n "$log" ] && sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$log" || k lo
 echo "$out"
 k get pods -o wide >&2
 if [ "$p" = Succeeded ] && grep -q "pi is approximately 3.14159.*4 ranks on 2 hosts" <<<"$out"; then
-  rlog "OK: pi computed by 4 MPI ranks on 2 worker pods, $((SECONDS - t0))s from submission"
+  log "OK: pi computed by 4 MPI ranks on 2 worker pods, $((SECONDS - t0))s from submission"
   exit 0
 fi
-rlog "FAILED"
+log "FAILED"
 exit 1

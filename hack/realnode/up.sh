@@ -18,8 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 export CLUSTER_DIR
-# shellcheck source=hack/realnode/lib.sh
-source "$here/lib.sh"
+# shellcheck source=hack/lib/realnode.sh
+source "$here/../lib/realnode.sh"
 t_start=$SECONDS
 PACKAGES=(containerd runc containernetworking-plugins debootstrap)
 
@@ -89,10 +89,10 @@ if [ "${1:-}" = --check ]; then
   echo "$out" | paste -sd';' | sed 's/;/; /g'
   exit 1
 fi
-[ $# -eq 0 ] || rdie "usage: $0 [--check]"
+[ $# -eq 0 ] || die "usage: $0 [--check]"
 
 step_t=$SECONDS
-step() { rlog "$* (+$((SECONDS - step_t))s, total $((SECONDS - t_start))s)"; step_t=$SECONDS; }
+step() { log "$* (+$((SECONDS - step_t))s, total $((SECONDS - t_start))s)"; step_t=$SECONDS; }
 
 node_ready() {
   [ "$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
@@ -100,7 +100,7 @@ node_ready() {
 wait_until() {  # wait_until <what> <seconds> <command...>
   local what=$1 secs=$2 i; shift 2
   for ((i = 0; i < secs * 4; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
-  rlog "$what: not ready after ${secs}s"
+  log "$what: not ready after ${secs}s"
   return 1
 }
 
@@ -117,9 +117,9 @@ import_images() {
   for pair in "localhost/pause:local $PAUSE_TAR" "$MPI_REF $MPI_TAR"; do
     ref=${pair%% *} tarball=${pair#* }
     if ! grep -qxF "$ref" <<<"$have"; then
-      rlog "importing $ref"
+      log "importing $ref"
       ctr_k8s images import "$tarball" >/dev/null
-      ctr_k8s images ls -q | grep -qxF "$ref" || rdie "importing $tarball did not give $ref"
+      ctr_k8s images ls -q | grep -qxF "$ref" || die "importing $tarball did not give $ref"
     fi
   done
 }
@@ -127,23 +127,23 @@ import_images() {
 # Fast path: everything already up (the images are still brought up to date).
 if alive containerd && alive coredns && alive kubelet && node_ready; then
   import_images now
-  rlog "real node $NODE_NAME already up ($MPI_REF)"
+  log "real node $NODE_NAME already up ($MPI_REF)"
   exit 0
 fi
 
 if ! reasons=$(check); then
   # Missing packages are installed below; anything else is fatal.
   fatal=$(echo "$reasons" | grep -v '^missing' || true)
-  [ -z "$fatal" ] || rdie "this machine cannot run the real node: $(echo "$fatal" | paste -sd';')"
+  [ -z "$fatal" ] || die "this machine cannot run the real node: $(echo "$fatal" | paste -sd';')"
 fi
 m=$(missing_packages)
 if [ -n "$m" ]; then
-  rlog "installing Debian packages: $m"
+  log "installing Debian packages: $m"
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $m >/dev/null ||
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $m >/dev/null; } ||
-    rdie "apt-get install $m failed"
-  [ -z "$(missing_packages)" ] || rdie "still missing after apt-get: $(missing_packages)"
+    die "apt-get install $m failed"
+  [ -z "$(missing_packages)" ] || die "still missing after apt-get: $(missing_packages)"
   step "packages installed"
 fi
 KUBELET=$(kubelet_bin)
@@ -198,12 +198,12 @@ step "bridge $BRIDGE $GATEWAY/${POD_SUBNET#*/} and CNI config"
 if ! alive containerd; then
   sed -e "s#@RN@#$RN#g; s#@SOCK@#$SOCK#g; s#@RUNC@#$(command -v runc)#g; s#@CNI_BIN@#$CNI_BIN#g" \
     "$here/containerd.toml.in" >"$RN/containerd.toml"
-  rlog "starting containerd ($SOCK)"
+  log "starting containerd ($SOCK)"
   setsid containerd --config "$RN/containerd.toml" >"$CLUSTER_DIR/logs/containerd.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/pids/containerd.pid"
 fi
 wait_until containerd 30 ctr --address "$SOCK" version ||
-  { tail -n 20 "$CLUSTER_DIR/logs/containerd.log" >&2; rdie "containerd did not start"; }
+  { tail -n 20 "$CLUSTER_DIR/logs/containerd.log" >&2; die "containerd did not start"; }
 step "containerd up"
 import_images now
 step "images imported into containerd (k8s.io namespace)"
@@ -268,12 +268,12 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
 }
 EOF
 if ! alive coredns; then
-  rlog "starting CoreDNS on $GATEWAY:53"
+  log "starting CoreDNS on $GATEWAY:53"
   setsid "$COREDNS_BIN" -conf "$RN/Corefile" >"$CLUSTER_DIR/logs/coredns.log" 2>&1 </dev/null &
   echo $! >"$CLUSTER_DIR/pids/coredns.pid"
 fi
 wait_until "CoreDNS" 60 curl -sf "http://$COREDNS_READY/ready" ||
-  { tail -n 20 "$CLUSTER_DIR/logs/coredns.log" >&2; rdie "CoreDNS did not become ready"; }
+  { tail -n 20 "$CLUSTER_DIR/logs/coredns.log" >&2; die "CoreDNS did not become ready"; }
 step "CoreDNS ready on $GATEWAY:53"
 
 # ---------------------------------------------------------------------------------- kubelet
@@ -322,7 +322,7 @@ shutdownGracePeriod: 0s
 logging: {format: text}
 EOF
 if ! alive kubelet; then
-  rlog "starting kubelet ($("$KUBELET" --version))"
+  log "starting kubelet ($("$KUBELET" --version))"
   setsid "$KUBELET" --config="$RN/kubelet.yaml" --kubeconfig="$RN/kubelet.kubeconfig" \
     --root-dir="$RN/kubelet" --cert-dir="$RN/pki" --hostname-override="$NODE_NAME" \
     --node-ip="$GATEWAY" --node-labels="$NODE_LABEL=true" --v=1 \
@@ -330,9 +330,9 @@ if ! alive kubelet; then
   echo $! >"$CLUSTER_DIR/pids/kubelet.pid"
 fi
 if ! wait_until "node $NODE_NAME Ready" 120 node_ready; then
-  alive kubelet || rlog "the kubelet exited"
+  alive kubelet || log "the kubelet exited"
   grep -E '^E|failed|error' "$CLUSTER_DIR/logs/kubelet.log" | tail -n 20 >&2
-  rdie "node $NODE_NAME did not become Ready (log: $CLUSTER_DIR/logs/kubelet.log)"
+  die "node $NODE_NAME did not become Ready (log: $CLUSTER_DIR/logs/kubelet.log)"
 fi
 step "node $NODE_NAME Ready"
-rlog "real node up in $((SECONDS - t_start))s: pods need nodeSelector $NODE_LABEL=true, a toleration for the taint $NODE_LABEL=true:NoSchedule, image $MPI_REF (or localhost/mpi-pi:latest) with imagePullPolicy IfNotPresent"
+log "real node up in $((SECONDS - t_start))s: pods need nodeSelector $NODE_LABEL=true, a toleration for the taint $NODE_LABEL=true:NoSchedule, image $MPI_REF (or localhost/mpi-pi:latest) with imagePullPolicy IfNotPresent"

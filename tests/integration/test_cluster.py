@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from tests.waiting import wait_until
+from testsupport.builders import EXIT_CODE, EXIT_ON_DELETE, FAIL_AFTER, RUN_FOR
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -24,7 +25,7 @@ def test_indexed_job_pods_get_stable_hostnames_and_complete(kubectl, get_json, n
             "completionMode": "Indexed", "completions": 3, "parallelism": 3,
             "template": {
                 "metadata": {"labels": {"app": "idx"},
-                             "annotations": {"sim.mpijob-operator.dev/run-for": "1s"}},
+                             "annotations": {RUN_FOR: "1s"}},
                 "spec": {"subdomain": "idx", "restartPolicy": "Never",
                          "containers": [{"name": "c", "image": "busybox"}]},
             },
@@ -44,8 +45,8 @@ def test_failing_pod_is_retried_until_backoff_limit(kubectl, get_json, namespace
             "backoffLimit": 1,
             "template": {
                 "metadata": {"labels": {"app": "bad"},
-                             "annotations": {"sim.mpijob-operator.dev/run-for": "500ms",
-                                             "sim.mpijob-operator.dev/exit-code": "1"}},
+                             "annotations": {RUN_FOR: "500ms",
+                                             EXIT_CODE: "1"}},
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
             },
         },
@@ -87,7 +88,7 @@ def test_statefulset_pods_become_ready_and_deleted_pod_returns(kubectl, get_json
 def test_pod_fails_after_annotated_delay(kubectl, get_json, namespace):
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "annotations": {"sim.mpijob-operator.dev/fail-after": "1s"}},
+        "metadata": {"name": "p", "annotations": {FAIL_AFTER: "1s"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
     }))
     wait_until(lambda: get_json("pod", "-n", namespace, "p")["status"].get("phase") == "Running",
@@ -130,7 +131,7 @@ def test_service_account_without_permission_is_forbidden(kubectl, tmp_path, name
 
 
 def token_kubeconfig(tmp_path, token: str) -> str:
-    from tests.cluster_fixtures import CLUSTER_DIR
+    from testsupport.paths import CLUSTER_DIR
 
     admin = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())
     cfg = {
@@ -147,8 +148,8 @@ def token_kubeconfig(tmp_path, token: str) -> str:
 
 @pytest.mark.parametrize("annotations,phase,code", [
     ({}, "Succeeded", 0),  # a daemon such as a worker's `sshd -De` exits 0 on SIGTERM
-    ({"sim.mpijob-operator.dev/exit-code-on-delete": "143"}, "Failed", 143),
-    ({"sim.mpijob-operator.dev/run-for": "1h"}, "Failed", 137),  # a program that ignores SIGTERM as PID 1
+    ({EXIT_ON_DELETE: "143"}, "Failed", 143),
+    ({RUN_FOR: "1h"}, "Failed", 137),  # a program that ignores SIGTERM as PID 1
 ])
 def test_a_deleted_running_pod_exits_as_its_program_would(kubectl, get_json, namespace, annotations, phase, code):
     """kwok is never kinder than a real node: what a deleted pod's container exits with decides whether

@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from informers.rest import ApiError, RestClient
-from tests.cluster_fixtures import ROOT
+from client.errors import ApiError
+from client.rest import RestClient
 from tests.crd_fuzz import Case, Fuzzer, base_mpijob, names_the_field
-from tests.waiting import wait_until
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -8,12 +8,14 @@ import json
 
 import pytest
 
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, MPIJOBS
+from client.rest import RestClient
 from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
-from informers.resources import CONFIGMAPS, MPIJOBS
-from informers.rest import ApiError, RestClient
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
-from tests.cluster_fixtures import ROOT
-from tests.waiting import wait_until
+from testsupport import builders
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -30,9 +32,7 @@ def client(kubeconfig, kubectl) -> RestClient:
 
 @pytest.fixture
 def mpijob(client, namespace) -> dict:
-    body = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "pi"},
-            "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {"spec": {"containers": [
-                {"name": "l", "image": "x"}]}}}}}}
+    body = builders.mpijob("pi", workers=None, launcher=builders.container("l", image="x"))
     return client.request("POST", MPIJOBS.path(namespace), body=body)
 
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from tests.integration.test_manifests import MANIFESTS, NS, SA, can_i, render, rules_of
-from tests.waiting import wait_until
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -14,11 +14,12 @@ import urllib3
 import yaml
 from prometheus_client import REGISTRY
 
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, SECRETS
+from client.rest import RestClient
 from informers.informer import SharedInformer
-from informers.resources import CONFIGMAPS, SECRETS
-from informers.rest import ApiError, RestClient
 from informers.store import NAMESPACE_INDEX, DeletedFinalStateUnknown
-from tests.waiting import wait_until
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from client.resources import LEASES
+from client.rest import RestClient
 from controller.leader import LeaderElector
-from informers.resources import LEASES
-from informers.rest import RestClient
-from tests.waiting import wait_until
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 TIMINGS = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.3}

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.waiting import wait_until
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 CRD = MANIFESTS / "crd" / "kubeflow.org_mpijobs.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -15,9 +15,9 @@ import pytest
 from reconcilers import desired
 from reconcilers.defaults import with_defaults
 from reconcilers.types import Config
-from tests.cluster_fixtures import ROOT
 from tests.crd_fuzz import base_mpijob
-from tests.waiting import wait_until
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from tests.cluster_fixtures import ROOT
 from tests.crd_fuzz import base_mpijob
-from tests.waiting import wait_until
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from tests.cluster_fixtures import ROOT
 from tests.integration.test_manifests import subset_missing
-from tests.waiting import wait_until
+from testsupport.paths import ROOT
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -12,6 +12,7 @@ from typing import Any
 from reconcilers import names as n
 from reconcilers.plan import plan
 from reconcilers.types import Config, Inputs, Observed, Plan, SSHKey
+from testsupport import builders
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 BACKENDS = ("job", "statefulset")
@@ -33,21 +34,15 @@ class KeyGen:
 
 
 def container(name: str, **kw: Any) -> dict:
-    return {"name": name, "image": "mpioperator/mpi-pi:openmpi", **kw}
+    return {"name": name, "image": builders.IMAGE, **kw}
 
 
 def mpijob(name: str = "pi", ns: str = "ns", workers: int | None = 2, *, spec: dict | None = None,
            run_policy: dict | None = None, uid: str = "uid-pi") -> dict:
-    replica_specs: dict = {"Launcher": {"replicas": 1, "template": {"spec": {"containers": [
-        container("launcher", command=["mpirun"], args=["-n", "2", "/home/mpiuser/pi"])]}}}}
-    if workers is not None:
-        replica_specs["Worker"] = {"replicas": workers, "template": {"spec": {"containers": [
-            container("worker", command=["/usr/sbin/sshd"], args=["-De"])]}}}
-    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-           "metadata": {"name": name, "namespace": ns, "uid": uid},
-           "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": replica_specs, "runPolicy": dict(run_policy or {})}}
-    job["spec"].update(spec or {})
-    return job
+    """The unit tests' MPIJob (testsupport.builders): as the API server would hold it, no defaults."""
+    return builders.mpijob(name, namespace=ns, uid=uid, workers=workers, run_policy=run_policy, spec=spec,
+                           launcher=builders.container("launcher", ["mpirun"], ["-n", "2", "/home/mpiuser/pi"]),
+                           worker=builders.container("worker", ["/usr/sbin/sshd"], ["-De"]))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

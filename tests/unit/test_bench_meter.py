@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import apiserver_meter as meter
-import cpu_profile
+from bench import apiserver_meter as meter
+from bench import cpu_profile
 
 OP = meter.OPERATOR_USER
 

@@ -6,8 +6,8 @@ import pytest
 import tenacity
 import urllib3
 
+from client.errors import ApiError
 from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, _retriable, _wait
-from informers.rest import ApiError
 from reconcilers.types import Create, Patch, Plan, Ref
 
 

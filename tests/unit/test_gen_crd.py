@@ -4,15 +4,23 @@ tests/integration/test_crd_fuzz.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
-import sys
 
 import pytest
 
-from tests.cluster_fixtures import ROOT
+from testsupport.paths import ROOT
 
-sys.path.insert(0, str(ROOT / "hack"))
-import gen_crd
+
+def _load_gen_crd():
+    """hack/gen_crd.py is a script of hack/, not a package: loaded from its path."""
+    spec = importlib.util.spec_from_file_location("gen_crd", ROOT / "hack" / "gen_crd.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen_crd = _load_gen_crd()
 
 REF = "#/components/schemas/"
 DEFS = {

@@ -10,11 +10,11 @@ import time
 import pytest
 import urllib3
 
+from client.errors import ApiError
+from client.resources import CONFIGMAPS, PODS
 from informers.factory import InformerFactory
 from informers.informer import SharedInformer
 from informers.reflector import Backoff, Reflector
-from informers.resources import CONFIGMAPS, PODS
-from informers.rest import ApiError
 from informers.store import DeletedFinalStateUnknown
 from informers.transforms import slim_pod, strip_managed_fields
 

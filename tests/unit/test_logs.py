@@ -61,8 +61,8 @@ def test_stdlib_records_keep_their_arguments_level_logger_and_traceback(lines):
 def test_expected_network_errors_are_warnings_bugs_are_tracebacks(error, expected):
     import urllib3
 
+    from client.errors import ApiError
     from controller.mpijob_controller import _expected
-    from informers.rest import ApiError
     if error == "urllib3":
         error = urllib3.exceptions.MaxRetryError(None, "/apis", "Connection refused")
     elif error == "api":

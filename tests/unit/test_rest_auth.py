@@ -1,4 +1,4 @@
-"""informers/rest.py: the Authorization header is asked of the kubernetes configuration at most every
+"""client/rest.py: the Authorization header is asked of the kubernetes configuration at most every
 AUTH_REFRESH_SECONDS (asking refreshes the credentials), and again at once after a 401."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from informers import rest
+from client import rest
 
 
 class Configuration:

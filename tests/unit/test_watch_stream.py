@@ -1,4 +1,4 @@
-"""informers/rest.py WatchStream: watch events decoded line by line, whatever the chunk boundaries."""
+"""client/rest.py WatchStream: watch events decoded line by line, whatever the chunk boundaries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from informers.rest import WatchStream
+from client.rest import WatchStream
 
 
 class Response:

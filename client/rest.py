@@ -26,6 +26,9 @@ import kubernetes
 import urllib3
 from prometheus_client import Counter
 
+from client.errors import ApiError
+from client.ratelimit import TokenBucket
+
 # How long an Authorization header is reused. Tokens that rotate (in-cluster, exec plugins) are
 # renewed well ahead of their expiry, by minutes, so a few seconds of reuse never sends an expired one.
 AUTH_REFRESH_SECONDS = 10.0
@@ -33,72 +36,6 @@ AUTH_REFRESH_SECONDS = 10.0
 requests_total = Counter(
     "rest_client_requests_total", "API requests by method and HTTP status code", ["method", "code"]
 )
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the API server, with the fields of its Status."""
-
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status, self.reason, self.message = status, reason, message
-        self.body, self.retry_after = body, retry_after
-
-    @classmethod
-    def from_response(cls, status: int, data: bytes, headers: Any = None, http_reason: str = "") -> ApiError:
-        body: dict | None = None
-        try:
-            parsed = json.loads(data) if data else None
-            if isinstance(parsed, dict):
-                body = parsed
-        except ValueError:
-            pass
-        reason = (body or {}).get("reason") or http_reason or ""
-        message = (body or {}).get("message") or (data or b"").decode("utf-8", "replace")[:1000]
-        retry_after = None
-        ra = headers.get("Retry-After") if headers is not None else None
-        if ra is None and body:
-            ra = ((body.get("details") or {}).get("retryAfterSeconds"))
-        if ra is not None:
-            try:
-                retry_after = float(ra)
-            except (TypeError, ValueError):
-                retry_after = None
-        return cls(status, reason, message, body, retry_after)
-
-    @classmethod
-    def from_status(cls, status: dict) -> ApiError:
-        """From a Status object, as a watch ERROR event carries it."""
-        code = int(status.get("code") or 500)
-        return cls(code, status.get("reason") or "", status.get("message") or "", status)
-
-
-class TokenBucket:
-    """client-go's flowcontrol token bucket: `qps` tokens a second, at most `burst` saved up.
-    Takers reserve a token (the balance may go negative) and sleep outside the lock until it is due,
-    so concurrent callers are served in arrival order at the configured rate."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps, self.burst = qps, max(1, int(burst))
-        self._tokens = float(self.burst)
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Takes a token; returns how long the caller must wait before using it."""
-        if self.qps <= 0:
-            return 0.0
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-    def take(self) -> None:
-        wait = self.reserve()
-        if wait > 0:
-            time.sleep(wait)
 
 
 def _query_string(query: dict | None) -> list[tuple[str, str]]:

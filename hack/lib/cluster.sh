@@ -1,9 +1,8 @@
-# Helpers shared by hack/cluster-up.sh and hack/cluster-down.sh. Expects CLUSTER_DIR.
-
-log() { echo "[cluster] $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
+# The local cluster's helpers (hack/cluster-up.sh, hack/cluster-down.sh): binaries, PKI,
+# kubeconfigs, health. Expects CLUSTER_DIR; sources common.sh.
+LOG_TAG=${LOG_TAG:-cluster}
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # A binary given by the user: $KUBEBUILDER_ASSETS/<name>, or <name> on PATH when its version is
 # the pinned minor release (etcd and kwok: any version), so the build can be skipped.

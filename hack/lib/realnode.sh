@@ -1,4 +1,5 @@
-# Settings and helpers shared by hack/realnode/up.sh and down.sh. Expects CLUSTER_DIR.
+# The real node's settings and helpers (hack/realnode/up.sh, down.sh, smoke-test.sh, hack/image.sh).
+# Expects CLUSTER_DIR; sources common.sh.
 # Everything the real node writes lives in $RN ($CLUSTER_DIR/realnode), except the kubelet's
 # symlinks in /var/log/containers (a path compiled into the kubelet), which down.sh removes.
 
@@ -26,13 +27,11 @@ if [ ${#SOCK} -gt 100 ]; then
   SOCK=/run/mpijob-realnode-$(echo "$RN" | sha256sum | cut -c1-12)/containerd.sock
 fi
 
-rlog() { echo "[realnode] $*" >&2; }
-rdie() { rlog "ERROR: $*"; exit 1; }
+LOG_TAG=${LOG_TAG:-realnode}
+# shellcheck source=hack/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
 ctr_k8s() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
-
-pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
 
 # The real node is one per machine (one bridge, CoreDNS on its gateway, the kubelet's ports, the
 # kubepods cgroups): this file names the cluster directory that runs it.
@@ -44,22 +43,6 @@ other_owner() {
   pid=$(cat "$owner/pids/kubelet.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || return 1
   echo "$owner"
 }
-# running <pid>: exists and is not a zombie (PID 1 here may not reap what up.sh left behind)
-running() { kill -0 "$1" 2>/dev/null && ! awk '{exit $3 != "Z"}' "/proc/$1/stat" 2>/dev/null; }
-alive() { local p; p=$(pid_of "$1") && running "$p"; }  # alive <name>: per its PID file
-
-stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID file
-  local name=$1 pid i
-  pid=$(pid_of "$name") || return 0
-  if running "$pid"; then
-    rlog "stopping $name ($pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$CLUSTER_DIR/pids/$name.pid"
-}
-
 # Mount points at or under a directory, deepest first (from this mount namespace's mountinfo;
 # octal escapes such as \040 are decoded).
 mounts_under() {

@@ -1,5 +1,6 @@
 """The operator as a separate process (`python -m controller`) for one namespace of the local
 cluster, its output in a log file: what the e2e tests, the benchmarks and the demo each run.
+`Operator` is the e2e tests' preset: debug logs and leader election on a Lease of its own.
 
     op = OperatorProcess(kubeconfig, "job", "ns", Path("op.log"), extra=("--leader-elect",))
     op.wait_ready(); op.metric("mpi_operator_jobs_successful_total"); op.stop()
@@ -11,7 +12,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +21,9 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testsupport.net import free_port
+from testsupport.paths import ROOT
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -62,19 +64,13 @@ def proc_stats(pid: int) -> dict:
             "rss_mib": round(kib("VmRSS") / 1024, 1), "hwm_mib": round(kib("VmHWM") / 1024, 1)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class OperatorProcess:
     """`python -m controller` for one namespace with /metrics and the probes on free local ports."""
 
     def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path,
                  extra: Iterable[str] = (), root: Path = ROOT) -> None:
         """`root`: the checkout whose operator runs (`make bench`'s BENCH_OPERATOR_ROOT: an older one)."""
-        self.metrics_port, self.health_port = _free_port(), _free_port()
+        self.metrics_port, self.health_port = free_port(), free_port()
         self.log_path = log_path
         self.args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
                      f"--worker-backend={backend}", f"--namespace={namespace}",
@@ -143,3 +139,15 @@ class OperatorProcess:
         with contextlib.suppress(ValueError):
             self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+class Operator(OperatorProcess):
+    """The operator for one test namespace: readable debug logs, leader election on a Lease of its
+    own (or `lease`, to make replicas compete)."""
+
+    def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path, extra: tuple = (),
+                 lease: str | None = None) -> None:
+        super().__init__(kubeconfig, backend, namespace, log_path, (
+            "--log-format=console", "--log-level=debug", "--leader-elect",
+            "--leader-election-namespace=mpi-operator", f"--leader-election-id={lease or 'e2e-' + namespace}",
+            *extra))

@@ -1,0 +1,27 @@
+# The shell library every hack/ script sources first (as Kubernetes' hack/lib/): logging, the
+# local cluster's kubectl, and the processes started under $CLUSTER_DIR/pids.
+#   LOG_TAG=build-k8s; source "$here/lib/common.sh"
+# log lines go to stderr as "[<LOG_TAG>] ...", LOG_TAG defaulting to the script's name.
+
+log() { echo "[${LOG_TAG:-$(basename "$0" .sh)}] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# The local cluster's admin kubectl (CLUSTER_DIR is read when called, not when sourced).
+kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
+
+pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
+# running <pid>: exists and is not a zombie (PID 1 here may not reap what a script left behind)
+running() { kill -0 "$1" 2>/dev/null && ! awk '{exit $3 != "Z"}' "/proc/$1/stat" 2>/dev/null; }
+alive() { local p; p=$(pid_of "$1") && running "$p"; }  # alive <name>: per its PID file
+
+stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID file
+  local name=$1 pid i
+  pid=$(pid_of "$name") || return 0
+  if running "$pid"; then
+    log "stopping $name ($pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$CLUSTER_DIR/pids/$name.pid"
+}

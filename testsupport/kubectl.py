@@ -1,0 +1,84 @@
+"""The local cluster through its kubectl, as the e2e tests read it: objects, conditions, pods,
+Events, and waits on them. `kubectl` is the session fixture of tests/cluster_fixtures.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.paths import CRD, ROOT
+from testsupport.waiting import wait_until
+
+# Fully qualified: on a shared cluster another CRD may also answer to the short name "mpijob".
+MPIJOBS = "mpijobs.kubeflow.org"
+# Fully qualified: on a shared cluster another CRD may also be called mpijobs (another group), and
+# kubectl would then resolve the short name to it.
+QUALIFIED = {"mpijob": "mpijobs.v2beta1.kubeflow.org", "mpijobs": "mpijobs.v2beta1.kubeflow.org"}
+
+
+def install_crd(kubectl: Callable) -> None:
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
+    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
+                               check=False).returncode == 0, timeout=90, what="the MPIJob CRD Established")
+
+
+def service_account_kubeconfig(out: Path) -> str:
+    """The CRD and manifests/rbac applied, and a kubeconfig with the mpi-operator ServiceAccount's token."""
+    r = subprocess.run([str(ROOT / "hack" / "operator-kubeconfig.sh"), str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return str(out)
+
+
+def apply(kubectl: Callable, ns: str, obj: dict) -> None:
+    kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(obj))
+
+
+def get(kubectl: Callable, ns: str, kind: str, name: str) -> dict | None:
+    r = kubectl("-n", ns, "get", QUALIFIED.get(kind, kind), name, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def items(kubectl: Callable, ns: str, kind: str, selector: str = "") -> list[dict]:
+    args = ["-n", ns, "get", QUALIFIED.get(kind, kind), "-o", "json"] + (["-l", selector] if selector else [])
+    return json.loads(kubectl(*args).stdout)["items"]
+
+
+def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, dict]:
+    job = get(kubectl, ns, MPIJOBS, name) or {}
+    return {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
+
+
+def wait_condition(kubectl: Callable, ns: str, name: str, ctype: str, timeout: float = 90,
+                   status: str = "True") -> dict:
+    found: dict = {}
+
+    def check() -> bool:
+        found.update(conditions(kubectl, ns, name))
+        return found.get(ctype, {}).get("status") == status
+
+    wait_until(check, timeout, interval=0.3, what=f"MPIJob {ns}/{name} condition {ctype}={status}")
+    return found[ctype]
+
+
+def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
+    return items(kubectl, ns, "pods", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}")
+
+
+def live(pods_: list[dict]) -> list[dict]:
+    return [p for p in pods_ if p["status"].get("phase") in ("Pending", "Running")
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def events(kubectl: Callable, ns: str, name: str) -> list[dict]:
+    return [e for e in items(kubectl, ns, "events")
+            if e["involvedObject"].get("kind") == "MPIJob" and e["involvedObject"].get("name") == name]
+
+
+def now() -> float:
+    return time.monotonic()
