@@ -212,7 +212,7 @@ class MPIJobController:
             t.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def healthy(self, hang_s: float = WORKER_HANG_SECONDS) -> tuple[bool, str]:
+    def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
         """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
         informer stopped (its list/watch or dispatch thread gone), a worker thread dead, or a
         reconcile running longer than `hang_s` (a worker hung)."""
@@ -223,6 +223,7 @@ class MPIJobController:
             dead = [t.name for t in self._threads if not t.is_alive()]
             if dead:
                 return False, f"worker threads dead: {', '.join(dead)}"
+        hang_s = WORKER_HANG_SECONDS if hang_s is None else hang_s
         key, running = self.queue.longest_running()
         if key is not None and running > hang_s:
             return False, f"a worker has been reconciling {key} for {running:.0f}s (more than {hang_s:.0f}s): hung"

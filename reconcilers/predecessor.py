@@ -20,9 +20,10 @@ PREDECESSOR_CONDITION = "WaitingForPredecessor"
 R_STUCK = "PredecessorPodStuck"
 
 
-def stuck_pod(stale_pods: list[Obj], now: datetime, bound_s: float = STUCK_SECONDS) -> tuple[str, str] | None:
+def stuck_pod(stale_pods: list[Obj], now: datetime, bound_s: float | None = None) -> tuple[str, str] | None:
     """(name, deletionTimestamp) of the first predecessor's pod terminating for more than `bound_s`
-    past its deletionTimestamp, by name; None if there is none."""
+    (default STUCK_SECONDS) past its deletionTimestamp, by name; None if there is none."""
+    bound_s = STUCK_SECONDS if bound_s is None else bound_s
     stuck = []
     for pod in stale_pods:
         meta = pod.get("metadata") if isinstance(pod, dict) else None
@@ -33,7 +34,7 @@ def stuck_pod(stale_pods: list[Obj], now: datetime, bound_s: float = STUCK_SECON
 
 
 def report_stuck(status: Obj, stale_pods: list[Obj], namespace: str, now: datetime,
-                 bound_s: float = STUCK_SECONDS) -> list[Event]:
+                 bound_s: float | None = None) -> list[Event]:
     """Sets or clears PREDECESSOR_CONDITION in `status`; the Warning Event of a new or changed one."""
     found = stuck_pod(stale_pods, now, bound_s)
     before = st.get_condition(status, PREDECESSOR_CONDITION)
