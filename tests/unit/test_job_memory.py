@@ -18,7 +18,7 @@ from client.errors import ApiError
 from client.rest import RestClient
 from controller import mpijob_controller as mc
 from controller.config import Options
-from controller.executor import Refused, Result
+from controller.executor import ObjectGone, Refused, Result
 from controller.workqueue import BucketRateLimiter, ItemExponentialFailureRateLimiter, MaxOfRateLimiter
 from informers.factory import InformerFactory
 from reconcilers import names
@@ -209,3 +209,21 @@ def test_refusal_retry_cap_stays_inside_the_queue_bucket():
     for _ in range(15):
         d = fresh.when_capped("one", 10.0)
     assert d == 10.0  # one key alone: its backoff grows to the cap, no further
+
+
+def test_patch_gone_is_requeued_quietly_not_blocked(ctrl):
+    """Item 7: a 404 on a patch (ObjectGone) is a race: no refusal remembered, no Blocked condition,
+    no Warning; the key is retried."""
+    ctrl._active = True
+    job = mpijob("pi")
+    add_mpijob(ctrl, job)
+
+    def gone(mpijob_, plan):
+        ctrl.executor.plans.append((mpijob_, plan))
+        raise ObjectGone("ConfigMap ns/pi-config is gone")
+
+    ctrl.executor.apply = gone
+    ctrl._process("ns/pi")
+    assert len(ctrl.executor.plans) == 1  # nothing planned to show a refusal
+    assert ctrl.memory.peek("ns/pi").refusal is None
+    assert ctrl.queue.waiting_len() == 1  # retried after the rate limiter's delay
