@@ -143,7 +143,7 @@ class MPIJobController:
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
-            on_update=lambda old, new: self._enqueue_mpijob(new),
+            on_update=lambda old, new: self._enqueue_mpijob(new, resync=old is new),
             on_delete=self._mpijob_deleted,
         )
         for inf in self._children():
@@ -160,12 +160,19 @@ class MPIJobController:
         return infs + ([self.pod_groups] if self.pod_groups is not None else [])
 
     # ------------------------------------------------------------------ event handlers
-    def _enqueue_mpijob(self, obj: dict) -> None:
+    def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
         key = meta_namespace_key(obj)
         # A uid other than the remembered one: a namesake whose predecessor's delete went unseen
         # (a relist shows it as an update). Its memory starts blank.
         self.memory.seen(key, (obj.get("metadata") or {}).get("uid"))
-        if self._active:
+        if not self._active:
+            return
+        if resync:
+            # The periodic resync is a safety net, not news: paced by the queue's overall bucket, so
+            # that it never sends every MPIJob (500 blocked ones retrying their refused writes) at
+            # the API server in one burst that takes the client's budget (docs/architecture.md 3.2).
+            self.queue.add_paced(key)
+        else:
             self.queue.add(key)
 
     def _mpijob_deleted(self, obj: object) -> None:

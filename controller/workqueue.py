@@ -325,6 +325,13 @@ class RateLimitingQueue:
             delay = min(self.rate_limiter.when(item), item_cap)
         self.add_after(item, delay)
 
+    def add_paced(self, item: Hashable) -> None:
+        """Back in after the overall bucket's delay only (no per-item backoff, no failure counted):
+        for work that is due but not urgent, such as a periodic resync."""
+        limiters = self.rate_limiter.limiters if isinstance(self.rate_limiter, MaxOfRateLimiter) else ()
+        self.add_after(item, max((lim.when(item) for lim in limiters if isinstance(lim, BucketRateLimiter)),
+                                 default=0.0))
+
     def forget(self, item: Hashable) -> None:
         self.rate_limiter.forget(item)
 

@@ -227,3 +227,21 @@ def test_patch_gone_is_requeued_quietly_not_blocked(ctrl):
     assert len(ctrl.executor.plans) == 1  # nothing planned to show a refusal
     assert ctrl.memory.peek("ns/pi").refusal is None
     assert ctrl.queue.waiting_len() == 1  # retried after the rate limiter's delay
+
+
+def test_refusal_resync_is_paced_by_the_queue_bucket(ctrl):
+    """Item 5, the other path: the periodic resync re-delivered every MPIJob at once, and each
+    blocked one retried its refused write at once: 500 writes in one burst that took the client's
+    budget from every other MPIJob. A resync now goes through the queue's overall bucket (burst
+    100, then 10/s); a real update still queues at once."""
+    ctrl._active = True
+    jobs = [mpijob(f"j{i}") for i in range(300)]
+    for job in jobs:
+        ctrl.mpijobs.store.add(job)
+    handler = ctrl.mpijobs.handlers[0]
+    for job in jobs:
+        handler.on_update(job, job)  # what the informer's resync calls
+    assert len(ctrl.queue) <= 101 and ctrl.queue.waiting_len() >= 199, (len(ctrl.queue), ctrl.queue.waiting_len())
+    changed = dict(jobs[-1], metadata={**jobs[-1]["metadata"], "resourceVersion": "2"})
+    handler.on_update(jobs[-1], changed)
+    assert "ns/j299" in list(ctrl.queue._queue)
