@@ -60,6 +60,13 @@ def refused_writes() -> float:
     return REGISTRY.get_sample_value("mpi_operator_reconcile_errors_total", {"reason": "Forbidden"}) or 0.0
 
 
+def blocked_count(ctrl: MPIJobController) -> int:
+    """MPIJobs whose Blocked condition the controller's cache shows: each was refused at least once."""
+    return sum(1 for job in ctrl.mpijobs.store.list()
+               if any(c.get("type") == "Blocked" and c.get("status") == "True"
+                      for c in (job.get("status") or {}).get("conditions") or []))
+
+
 def time_to_running(client: RestClient, ns: str, name: str) -> float:
     t0 = time.monotonic()
     client.request("POST", MPIJOBS.path(ns), body=mpijob(name))
@@ -110,8 +117,10 @@ def main() -> None:
         items = [dict(mpijob(f"blocked-{i}"), metadata={"name": f"blocked-{i}", "namespace": ns}) for i in range(N)]
         kubectl("-n", ns, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
         t0 = time.monotonic()
-        while refused_writes() - before < N and time.monotonic() - t0 < 600:
+        while blocked_count(ctrl) < N and time.monotonic() - t0 < 900:
             time.sleep(1)
+        print(f">> {blocked_count(ctrl)} MPIJobs Blocked after {time.monotonic() - t0:.0f} s; "
+              f"{refused_writes() - before:.0f} refused writes so far", file=sys.stderr)
         time.sleep(20)  # the first fast retries over: the steady state
         r0, w0 = refused_writes(), time.monotonic()
         beside = time_to_running(admin, ns, "healthy-beside")

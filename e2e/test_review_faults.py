@@ -171,7 +171,7 @@ def test_refusal_retries_stay_inside_the_queue_rate(kubectl, controllers, namesp
     """40 MPIJobs whose Jobs an admission policy refuses (403: Blocked, retried). With the queue's
     overall rate at 2/s, their retries must stay at about 2/s. Before the fix the per-MPIJob cap of
     10 s bypassed the bucket: 40 MPIJobs retried 4 times a second, however low --queue-qps was."""
-    controllers(queue_qps=2.0, queue_burst=5)
+    run = controllers(queue_qps=2.0, queue_burst=5)
 
     def refusals() -> float:  # refused writes so far (this process's operator metric)
         return REGISTRY.get_sample_value("mpi_operator_reconcile_errors_total", {"reason": "Forbidden"}) or 0.0
@@ -179,7 +179,12 @@ def test_refusal_retries_stay_inside_the_queue_rate(kubectl, controllers, namesp
     before = refusals()
     for i in range(40):
         apply(kubectl, namespace, mpijob(f"blocked-{i}", workers=1, launcher_runs="1s", policy="AtStartup"))
-    wait_until(lambda: refusals() - before >= 40, 120, what="the MPIJobs refused")
+    def blocked() -> int:  # MPIJobs refused at least once, as the controller's cache shows them
+        return sum(1 for j in run.ctrl.mpijobs.store.list() if any(
+            c.get("type") == "Blocked" and c.get("status") == "True" for c in (j.get("status") or {}).get(
+                "conditions") or []))
+
+    wait_until(lambda: blocked() == 40 and refusals() - before >= 40, 180, what="every MPIJob Blocked")
     time.sleep(20)  # past the fast first retries: the steady state
     start, window = refusals(), 30.0
     time.sleep(window)
