@@ -94,10 +94,6 @@ class JobMemories:
         with contextlib.suppress(KeyError):
             metrics.job_not_running_since.remove(ns, name)
 
-    def keys(self) -> list[str]:
-        with self.lock:
-            return list(self._by_key)
-
     def __len__(self) -> int:
         with self.lock:
             return len(self._by_key)
