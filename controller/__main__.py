@@ -23,6 +23,8 @@ from informers.factory import InformerFactory
 
 log = logs.get("main")
 COMPONENT = "mpi-operator"
+# Leader election's own token bucket: a renewal is a GET and a PUT every retry period (2 s).
+LEASE_QPS, LEASE_BURST = 5.0, 10
 
 
 def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
@@ -45,6 +47,12 @@ def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
         stop.wait(5)
 
 
+def lease_client(client: RestClient) -> RestClient:
+    """The client leader election renews through: the controller's connection settings, a token
+    bucket of its own (controller/leader.py)."""
+    return client.with_own_limiter(LEASE_QPS, LEASE_BURST)
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = config.parse(argv)
     logs.setup(opts.log_format, opts.log_level)
@@ -59,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("upstream logging flags accepted and ignored: logs always go to stderr",
                  flags=" ".join(opts.ignored_flags))
     elector = (
-        LeaderElector(client, opts.leader_election_namespace, opts.leader_election_id, opts.identity)
+        LeaderElector(lease_client(client), opts.leader_election_namespace, opts.leader_election_id,
+                      opts.identity)
         if opts.leader_elect else None
     )
     executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = health.Servers().start(
         config.split_bind(opts.metrics_bind_address),
         config.split_bind(opts.health_probe_bind_address),
-        healthz=lambda: (True, "ok"),
+        healthz=ctrl.healthy,
         readyz=lambda: (synced.is_set(), "ok" if synced.is_set() else "informer caches not synced"),
     )
     log.info("starting", version=config._version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
@@ -99,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.error("leader election lost; exiting")
                 os._exit(1)
 
-        elector.run(on_started=ctrl.run_workers, on_stopped=lost, stop=stop)
+        # Workers stopped (every write of ours landed) before the Lease is released.
+        elector.run(on_started=ctrl.run_workers, on_stopped=lost, stop=stop, before_release=ctrl.shutdown)
     log.info("shutting down")
     ctrl.shutdown()
     factory.stop()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import children, context, desired, diff, gang, outcome, ownership, status
+from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
@@ -85,6 +85,7 @@ def _run(inputs: Inputs) -> Plan:
         draft.event("Normal", status.R_CREATED, f"MPIJob {draft.key} is created.")
 
     ctx = context.build(inputs, job, choice, config)
+    draft.plan.events += predecessor.report_stuck(draft.status, list(ctx.pods.stale), ctx.namespace, ctx.now)
     outcome.name_clash(draft, ownership.clash(job, ctx.observed, ctx.workers, ctx.stale_children, ctx.key)
                        or inputs.taken)
     if ctx.stale_children and not draft.finished():

@@ -7,7 +7,16 @@ import tenacity
 import urllib3
 
 from client.errors import ApiError
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, _retriable, _wait
+from controller.executor import (
+    Executor,
+    ForeignObject,
+    NotLeader,
+    ObjectGone,
+    PredecessorChild,
+    Refused,
+    _retriable,
+    _wait,
+)
 from reconcilers.types import Create, Patch, Plan, Ref
 
 
@@ -57,7 +66,9 @@ class FakeClient:
     def __init__(self, *answers, on_request=None) -> None:
         self.answers, self.calls, self.on_request = list(answers), [], on_request
 
-    def request(self, method, path, **kw):
+    def request(self, method, path, guard=None, **kw):
+        if guard is not None:  # as RestClient: after the throttle, before sending
+            guard()
         self.calls.append((method, path))
         if self.on_request:
             self.on_request()
@@ -78,9 +89,9 @@ def transient(status: int = 503) -> ApiError:
 @pytest.mark.parametrize("answers,calls,outcome", [
     ([transient(), transient(409), OK], 3, "7"),
     ([ConnectionResetError(), OK], 2, "7"),
-    ([transient()], 5, ApiError),  # gives up after five attempts; the work queue retries later
-    ([ApiError(404, "NotFound", "")], 1, ApiError),
-    ([ApiError(422, "Invalid", "")], 1, ApiError),
+    ([transient()], 5, Refused),  # gives up after five attempts: reported (Blocked), retried later
+    ([ApiError(404, "NotFound", "")], 1, ObjectGone),  # deleted meanwhile: a race, not a refusal
+    ([ApiError(422, "Invalid", "")], 1, Refused),  # reported in the result, not raised
 ])
 def test_executor_retries_transient_failures_only(answers, calls, outcome):
     client = FakeClient(*answers)
@@ -88,6 +99,9 @@ def test_executor_retries_transient_failures_only(answers, calls, outcome):
     if isinstance(outcome, str):
         res = ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
         assert res.written[("configmaps", "ns", "pi-config")] == outcome
+    elif outcome is Refused:
+        res = ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
+        assert isinstance(res.refused, Refused) and res.refused.status == answers[0].status
     else:
         with pytest.raises(outcome):
             ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))

@@ -12,6 +12,7 @@ import urllib3
 
 from client.errors import ApiError
 from client.resources import CONFIGMAPS, PODS
+from informers import reflector as reflector_mod
 from informers.factory import InformerFactory
 from informers.informer import SharedInformer
 from informers.reflector import Backoff, Reflector
@@ -404,8 +405,10 @@ def test_slim_pod_keeps_what_the_controller_reads():
     assert strip_managed_fields(pod)["metadata"].keys() == s["metadata"].keys()
 
 
-def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
-    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut."""
+def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client, monkeypatch):
+    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut.
+    A quiet watch counts as good once it lasted MIN_GOOD_WATCH_SECONDS (issue 24: not at once)."""
+    monkeypatch.setattr(reflector_mod, "MIN_GOOD_WATCH_SECONDS", 0.05)
     client.list_pages = [page([cm("a", 5)], 10)]
     client.watch_scripts = [ConnectionResetError("cut")] * 5 + [FakeStream([], end=False)]
     inf, rec = make(client)
@@ -421,7 +424,12 @@ def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
             time.sleep(0.005)
         assert inf.reflector.current_stream is not None
         assert grown == [0.001, 0.002, 0.004, 0.008, 0.016]  # it did grow across the cuts
-        assert inf.reflector.backoff.next() == 0.001  # and the quiet watch reset it
+        time.sleep(0.1)  # the quiet watch lasts: a good one
+        inf.reflector.disconnect()
+        wait = time.monotonic() + 3
+        while len(grown) < 6 and time.monotonic() < wait:
+            time.sleep(0.005)
+        assert grown[5] == 0.001  # so the quiet watch reset it: the next cut starts from the shortest
     finally:
         inf.stop()
 
