@@ -200,3 +200,24 @@ def test_apply_then_plan_again_writes_nothing(case):
         assert not (set(e.reason for e in again.events) & {"MPIJobCreated", "MPIJobRunning", "MPIJobSucceeded",
                                                           "MPIJobSuspended", "MPIJobResumed"}), again.events
         job, obs, _ = converge(job2, obs2, backend, now)
+
+
+@SETTINGS
+@given(case=scenario())
+def test_workload_gang_mode_apply_then_plan_again_writes_nothing(case):
+    """The same turns of events with --gang-scheduling=workload: its Workload and PodGroup too are
+    brought to what they should be in one round, and stay."""
+    backend, job, events, dt = case
+    now = NOW
+    job, obs, _ = converge(job, backend=backend, now=now, gang_scheduler="workload")
+    for ev in events:
+        now = now + timedelta(seconds=dt)
+        obs = ev(job, obs, backend)
+        p = run(job, obs, backend, now, gang_scheduler="workload")
+        job2, obs2 = apply_plan(job, obs, p)
+        if p.delete_mpijob:
+            return
+        again = run(job2, obs2, backend, now, gang_scheduler="workload")
+        if not p.deletes:
+            assert again.writes == 0, (ev.__name__, p, again)
+        job, obs, _ = converge(job2, obs2, backend, now, gang_scheduler="workload")
