@@ -49,9 +49,12 @@ MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 # Gang scheduling (--gang-scheduling): scheduler-plugins' and Volcano's PodGroups.
 PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+# --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/workload_gang.py).
+WORKLOADS = Resource("scheduling.k8s.io", "v1beta1", "workloads", "Workload")
+WORKLOAD_PODGROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup")
 
 ALL = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES, SERVICEACCOUNTS, JOBS, STATEFULSETS, LEASES,
-       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS)
+       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS, WORKLOADS, WORKLOAD_PODGROUPS)
 _BY_GVK = {(r.api_version, r.kind): r for r in ALL}
 
 

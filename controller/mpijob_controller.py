@@ -26,6 +26,8 @@ from client.resources import (
     SERVICES,
     STATEFULSETS,
     VOLCANO_PODGROUPS,
+    WORKLOAD_PODGROUPS,
+    WORKLOADS,
 )
 from controller import logs, metrics, sshkeys
 from controller.config import Options
@@ -37,7 +39,7 @@ from informers.factory import InformerFactory
 from informers.reflector import CONNECTION_ERRORS
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names
+from reconcilers import names, workload_gang
 from reconcilers import pace as pc
 from reconcilers import refusal as rf
 from reconcilers import status as rst
@@ -88,6 +90,7 @@ class MPIJobController:
         executor: Executor,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         keygen: Callable = sshkeys.generate,
+        gang_unavailable: str = "",
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -95,6 +98,8 @@ class MPIJobController:
             cluster_domain=opts.cluster_domain,
             controller_name=opts.controller_name,
             gang_scheduler=opts.gang_scheduling,
+            # why the gang's API is not served (found at start-up, controller/__main__.py), or ""
+            gang_unavailable=gang_unavailable,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
@@ -134,9 +139,18 @@ class MPIJobController:
             STATEFULSETS.plural: self.statefulsets.store,
         }
         # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
-        self.pod_groups = None
-        if opts.gang_scheduling:
+        # With the Workload API, its Workloads too, and neither informer when the cluster does not serve
+        # it (an informer would retry a 404 forever and the caches would never sync).
+        self.pod_groups = self.workloads = None
+        if opts.gang_scheduling == workload_gang.MODE:
+            if not gang_unavailable:
+                self.workloads = factory.informer_for(WORKLOADS, label_selector=OPERATOR_SELECTOR,
+                                                      transform=strip_managed_fields)
+                self.stores[WORKLOADS.plural] = self.workloads.store
+                pg_resource = WORKLOAD_PODGROUPS
+        elif opts.gang_scheduling:
             pg_resource = VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS
+        if opts.gang_scheduling and not gang_unavailable:
             self.pod_groups = factory.informer_for(pg_resource, label_selector=OPERATOR_SELECTOR,
                                                    transform=strip_managed_fields)
             self.stores[pg_resource.plural] = self.pod_groups.store
@@ -157,7 +171,7 @@ class MPIJobController:
 
     def _children(self) -> list:
         infs = [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + ([self.pod_groups] if self.pod_groups is not None else [])
+        return infs + [inf for inf in (self.pod_groups, self.workloads) if inf is not None]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
@@ -436,4 +450,5 @@ class MPIJobController:
             other_workers=sts_workers if job_workers else None,
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
             pod_group=get("podgroups", meta["name"]),
+            workload=get("workloads", meta["name"]),
         )

@@ -14,7 +14,7 @@ import hashlib
 import json
 
 from reconcilers import names as n
-from reconcilers import podgroup
+from reconcilers import podgroup, workload_gang
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
@@ -247,6 +247,7 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     container = spec["containers"][0]
     _add_mount(container, SSH_VOLUME, _spec(mpijob)["sshAuthMountPath"])
     podgroup.decorate_template(template, mpijob, config)
+    workload_gang.decorate_template(template, mpijob, config)
     return template, container
 
 

@@ -24,7 +24,7 @@ Each policy is a module of pure functions over one JobContext (reconcilers/conte
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
 refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup). This module keeps
+workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup, Workload). This module keeps
 the order of decisions and the state dispatch.
 
 Expressed in the Plan:
@@ -128,9 +128,9 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft) -> None:
     children.shared_children(ctx, draft)
-    gang.sync_pod_group(ctx, draft)
-    children.sync_workers(ctx, draft, running=True)
-    children.sync_launcher(ctx, draft, running=True)
+    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
+        children.sync_workers(ctx, draft, running=True)
+        children.sync_launcher(ctx, draft, running=True)
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)

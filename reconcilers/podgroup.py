@@ -37,6 +37,9 @@ from reconcilers.diff import merge_patch, ref_of
 from reconcilers.types import Config, Obj, Patch
 
 VOLCANO = "volcano"
+# The --gang-scheduling value of Kubernetes' own Workload API (reconcilers/workload_gang.py), not a
+# scheduler-plugins schedulerName.
+WORKLOAD = "workload"
 KIND = "PodGroup"
 SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
@@ -56,7 +59,8 @@ WAITING_PHASES = ("Pending", "Scheduling", "Inqueue")
 
 
 def enabled(config: Config) -> bool:
-    return bool(config.gang_scheduler)
+    """A PodGroup of scheduler-plugins or Volcano (the Workload API's are workload_gang.py's)."""
+    return bool(config.gang_scheduler) and config.gang_scheduler != WORKLOAD
 
 
 def api_version(config: Config) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from reconcilers import apilimits as lim
 from reconcilers import defaults as d
 from reconcilers import names as n
+from reconcilers import workload_gang
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
 from reconcilers.names import BACKEND_ANNOTATION
 from reconcilers.types import Config
@@ -156,6 +157,8 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
         if sp is not None and not isinstance(sp, dict):
             c.add(f"{path}.schedulingPolicy", f"must be an object, got {sp!r}")
 
+    for path, message in workload_gang.problems(job, config):
+        c.add(path, message)
     if name is not None:
         _validate_name(c, name, workers)
         if workers and not any(e.path == "metadata.name" for e in c.errors):
