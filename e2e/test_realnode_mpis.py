@@ -35,6 +35,28 @@ from tests.cluster_fixtures import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 FLAVOURS = ["openmpi4", "openmpi5", "mpich", "intel"]
+BACKENDS = ["job", "statefulset"]
+# `make test` runs this cross-section: every MPI on both backends, with and without
+# runLauncherAsWorker; the rest of the matrix is marked mpi_matrix (`make e2e-mpis` runs it all).
+CORE = {("openmpi5", "job", True), ("openmpi5", "statefulset", False), ("mpich", "statefulset", True),
+        ("mpich", "job", False), ("intel", "job", True), ("intel", "statefulset", False),
+        ("mpi4py", "statefulset", False), ("kill-openmpi5", "job", False), ("kill-mpich", "statefulset", False),
+        ("discovery-openmpi5", "job", False)}
+
+
+def _cases(what: list[str], prefix: str = "", modes: tuple[bool, ...] = (False,)) -> list:
+    """pytest params (what, backend[, launcher_as_worker]) with ids like `openmpi5-job-workers`;
+    those outside CORE are marked mpi_matrix."""
+    out = []
+    for w in what:
+        for backend in BACKENDS:
+            for law in modes:
+                marks = () if (prefix + w, backend, law) in CORE else (pytest.mark.mpi_matrix,)
+                mode = "launcher-as-worker" if law else "workers"
+                values = (w, backend, law) if len(modes) > 1 else (w, backend)
+                out.append(pytest.param(*values, marks=marks, id=f"{w}-{backend}-{mode}" if len(modes) > 1
+                                        else f"{w}-{backend}"))
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +83,7 @@ def _check_placement(kubectl, ns: str, name: str, ranks: int, slots: int, logs: 
     return ", ".join(f"{h} x{n}" for h, n in sorted(got.items()))
 
 
-@pytest.mark.parametrize("launcher_as_worker", [False, True], ids=["workers", "launcher-as-worker"])
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize(("flavour", "backend", "launcher_as_worker"), _cases(FLAVOURS, modes=(False, True)))
 def test_mpirun_alone_places_ranks_on_hostfile_hosts(kubectl, realnode, mpi_image, operator, namespace, backend,
                                                      flavour, launcher_as_worker):
     """`mpirun -n <every slot> /opt/pi`: each host of the hostfile (2 workers x 2 slots, plus the
@@ -86,8 +107,9 @@ def test_mpirun_alone_places_ranks_on_hostfile_hosts(kubectl, realnode, mpi_imag
     print(f"\n[matrix] {flavour:<8} {backend:<11} {mode:<18} submit -> Succeeded {wall:5.1f}s  ranks: {where}")
 
 
+@pytest.mark.parametrize(("example", "backend"), _cases(["mpi4py"]))
 def test_mpi4py_example_runs_python_ranks_on_the_workers(kubectl, realnode, mpi_image, operator, namespace,
-                                                          backend):
+                                                          example, backend):
     """examples/mpi4py.yaml as is (a ConfigMap with pi.py and the MPIJob, Open MPI 5 image): 4 Python
     ranks over the 2 workers' 4 slots, from `mpirun -n 4 python3 pi.py` alone."""
     mpi_image("openmpi5")
@@ -102,7 +124,7 @@ def test_mpi4py_example_runs_python_ranks_on_the_workers(kubectl, realnode, mpi_
     print(f"\n[matrix] mpi4py   {backend:<11} {'workers':<18} submit -> Succeeded {wall:5.1f}s  ranks: {where}")
 
 
-@pytest.mark.parametrize("flavour", ["openmpi5", "mpich", "intel"])
+@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5", "mpich", "intel"], prefix="kill-"))
 def test_worker_deleted_mid_run_comes_back_and_retry_succeeds(kubectl, realnode, mpi_image, operator, namespace,
                                                               backend, flavour):
     """Worker 0 (sshd as its `command:`, which exits 0 on SIGTERM) is deleted while the ranks compute:
@@ -158,14 +180,14 @@ def _running_workers(kubectl, ns: str, name: str) -> set[str]:
 DISCOVERY_BOUND = 100.0
 
 
+@pytest.mark.parametrize(("image", "backend"), _cases(["openmpi5"], prefix="discovery-"))
 def test_discover_hosts_in_a_running_launcher_follows_the_workers(kubectl, realnode, mpi_image, operator,
-                                                                  namespace, backend):
+                                                                  namespace, image, backend):
     """As `horovodrun --host-discovery-script /etc/mpi/discover_hosts.sh` runs it: executed in the
     running launcher pod while Worker replicas go 2 -> 3 -> 1, it prints exactly the running workers
     (the launcher's FQDN form of the hostfile), within DISCOVERY_BOUND seconds of each change."""
-    image = mpi_image("openmpi5")
     name = "elastic"
-    job = mpijob(name, "openmpi5", image, args=["sleep", "1800"], slots=1)
+    job = mpijob(name, image, mpi_image(image), args=["sleep", "1800"], slots=1)
     apply(kubectl, namespace, job)
     launcher = wait_launcher_running(kubectl, namespace, name)["metadata"]["name"]
     suffix = "." + hostfile_hosts(kubectl, namespace, name)[0].split(".", 1)[1]

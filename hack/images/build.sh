@@ -244,10 +244,11 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
     --config '{"Entrypoint":["/entrypoint.sh"],"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":['"$(flavour_env "$flavour")"'"LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
   log "mpi-pi-$flavour: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
   rm -rf "$w"
-  # Older builds of this image are dead weight in the cache (and so are those of before flavours).
+  # Older builds of this image are dead weight in the cache. (Those named before flavours,
+  # mpi-pi-<hash>.oci.tar and mpi-pi-base-*, are left alone: a checkout of an older version may
+  # still use them.)
   find "$CACHE" -maxdepth 1 \( -name "mpi-pi-$flavour-*.oci.tar" ! -name "$(basename "$out")" -o \
-    -name "mpi-pi-$flavour-base-*.layer.tar" ! -name "$(basename "$base")" -o \
-    -regex '.*/mpi-pi-\(base-\)?[0-9a-f]\{16\}\.\(oci\|layer\)\.tar' \) -delete
+    -name "mpi-pi-$flavour-base-*.layer.tar" ! -name "$(basename "$base")" \) -delete
   echo "mpi-pi-$flavour $out $refs"
 }
 
