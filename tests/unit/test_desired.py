@@ -183,6 +183,20 @@ def test_run_launcher_as_worker_names_the_launcher_as_its_mpi_finds_itself(impl,
     assert dz.discover_hosts(job, [], Config()).splitlines()[1] == f"echo {first.split()[0].split(':')[0]}"
 
 
+@pytest.mark.parametrize(("impl", "var"), [("MPICH", "HYDRA_IFACE"), ("Intel", "I_MPI_HYDRA_IFACE"),
+                                           ("OpenMPI", None)])
+@pytest.mark.parametrize("host_network", [None, "Launcher", "Worker"])
+def test_hydra_dials_back_to_the_launcher_by_its_pod_address(impl, var, host_network):
+    """Hydra's proxies reach the launcher by the address of eth0, not its (retried, not yet in DNS)
+    name; not on the host network, whose interfaces have other names."""
+    job = job_of(spec={"mpiImplementation": impl})
+    if host_network:
+        job["spec"]["mpiReplicaSpecs"][host_network]["template"]["spec"]["hostNetwork"] = True
+    env = {e["name"]: e["value"] for e in dz.launcher_template(job, Config())["spec"]["containers"][0]["env"]}
+    ifaces = {k: v for k, v in env.items() if k.endswith("_IFACE")}
+    assert ifaces == ({var: "eth0"} if var and not host_network else {})
+
+
 def test_run_launcher_as_worker_and_cluster_domain():
     job = job_of(workers=2, spec={"runLauncherAsWorker": True, "slotsPerWorker": 2})
     cfg = Config(cluster_domain="example.org")
