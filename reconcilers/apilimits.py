@@ -243,7 +243,7 @@ def config_map_bytes(job_name: str, namespace: str, cluster_domain: str, slots: 
     hostfile = workers * (host_fixed + len(slot) + 1) + _digits_sum(workers)
     discover = len("#!/bin/sh\n") + workers * (len("echo ") + host_fixed + 1) + _digits_sum(workers)
     if launcher_as_worker:
-        launcher = len(f"{job_name}-launcher") + len(suffix)
+        launcher = len(f"{job_name}-launcher") + (0 if impl in n.HYDRA_IMPLEMENTATIONS else len(suffix))
         hostfile += launcher + len(slot) + 1
         discover += len("echo ") + launcher + 1
     return len("hostfile") + hostfile + len("discover_hosts.sh") + discover
