@@ -7,7 +7,7 @@ in a namespace of its own, then, in a fresh process for each transform, syncs th
 informer (label-selected as in controller/mpijob_controller.py) and reports the growth of the
 process's RSS (VmRSS) from before the informer started to after its cache synced:
 
-    python bench/bench_secret_rss.py        # a table, then the JSON
+    python -m bench.bench_secret_rss        # a table, then the JSON
 
 `strip_managed_fields` is what the operator cached before issue 24; `strip_secret_data` keeps the
 keys' names only. Uses $KUBECONFIG or .cluster/kubeconfig (the local cluster must be up).
@@ -27,20 +27,18 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from client.resources import NAMESPACES, SECRETS  # noqa: E402
-from client.rest import RestClient  # noqa: E402
-from controller import sshkeys  # noqa: E402
-from reconcilers import names  # noqa: E402
+from client.resources import NAMESPACES, SECRETS
+from client.rest import RestClient
+from controller import sshkeys
+from reconcilers import names
+from testsupport.paths import CLUSTER_DIR
 
 N = int(os.environ.get("BENCH_SECRETS", "1000"))
 SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 
 
 def _kubeconfig() -> str:
-    return os.environ.get("KUBECONFIG") or str(Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster")) / "kubeconfig")
+    return os.environ.get("KUBECONFIG") or str(CLUSTER_DIR / "kubeconfig")
 
 
 def rss_kib() -> int:
