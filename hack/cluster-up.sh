@@ -23,6 +23,11 @@ APISERVER_PORT=${APISERVER_PORT:-6443}
 ETCD_PORT=${ETCD_PORT:-2379}
 KWOK_NODES=${KWOK_NODES:-4}
 WORKLOAD_API=${WORKLOAD_API:-1}
+# The controller manager's, scheduler's and kwok's own listeners: a second cluster on this machine
+# (hack/worker-cluster-up.sh) needs ports of its own.
+KCM_PORT=${KCM_PORT:-10257}
+SCHEDULER_PORT=${SCHEDULER_PORT:-10259}
+KWOK_PORT=${KWOK_PORT:-10247}
 export CLUSTER_DIR
 t_start=$SECONDS
 gates=() apiserver_gates=()
@@ -108,7 +113,7 @@ start kube-controller-manager "$B/kube-controller-manager" \
   --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authorization-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10257 \
+  --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
   --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
   --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
@@ -130,12 +135,12 @@ EOF
 start kube-scheduler "$B/kube-scheduler" --config="$CLUSTER_DIR/scheduler.yaml" \
   --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
   --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10259 --v=1 ${gates[@]+"${gates[@]}"}
+  --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --v=1 ${gates[@]+"${gates[@]}"}
 
 # --- kwok and its simulated nodes
 start kwok "$B/kwok" --kubeconfig="$CLUSTER_DIR/kwok.kubeconfig" --config="$here/kwok/kwok.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --node-ip=127.0.0.1 --server-address=127.0.0.1:10247
+  --node-ip=127.0.0.1 --server-address="127.0.0.1:$KWOK_PORT"
 for i in $(seq 0 $((KWOK_NODES - 1))); do
   kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: v1
