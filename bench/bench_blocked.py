@@ -27,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "e2e"))
 
 from prometheus_client import REGISTRY  # noqa: E402
 
@@ -52,8 +51,8 @@ def kubectl(*args: str, input: str | None = None) -> str:
 
 
 def mpijob(name: str) -> dict:
-    from support import mpijob as make
-    return make(name, workers=2, launcher_runs=None, policy="AtStartup")
+    from testsupport.builders import simulated_mpijob
+    return simulated_mpijob(name, workers=2, launcher_runs=None, policy="AtStartup")
 
 
 def refused_writes() -> float:

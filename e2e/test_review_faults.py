@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
-from support import MPIJOBS, apply, conditions, events, get, mpijob, wait_condition
 
 from client.rest import RestClient
 from controller import health
@@ -29,7 +28,9 @@ from controller.executor import Executor
 from informers import reflector as reflector_mod
 from informers.factory import InformerFactory
 from reconcilers import predecessor
-from tests.waiting import wait_until
+from testsupport.builders import simulated_mpijob as mpijob
+from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, wait_condition
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

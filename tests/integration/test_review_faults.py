@@ -19,7 +19,7 @@ from controller.executor import Executor, NotLeader
 from controller.leader import LeaderElector
 from reconcilers import apilimits
 from reconcilers.types import Create, Plan
-from tests.waiting import wait_until
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 TIMINGS = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.3}
