@@ -28,7 +28,7 @@ from controller.executor import Executor
 from informers import reflector as reflector_mod
 from informers.factory import InformerFactory
 from reconcilers import predecessor
-from testsupport.builders import simulated_mpijob
+from testsupport.builders import simulated_mpijob as mpijob
 from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, wait_condition
 from testsupport.waiting import wait_until
 
@@ -81,7 +81,7 @@ def test_refusal_not_inherited_by_a_namesake_seen_in_a_relist(kubectl, controlle
     event. Before the fix the refusal, keyed by ns/name and compared by generation only, made the
     new MPIJob Failed/ChildRefused without a try; it must run."""
     run = controllers()
-    bad = simulated_mpijob("pi", launcher_runs="2s", policy="AtStartup")
+    bad = mpijob("pi", launcher_runs="2s", policy="AtStartup")
     bad["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Sometimes"
     apply(kubectl, namespace, bad)
     assert wait_condition(kubectl, namespace, "pi", "Failed", timeout=30)["reason"] == "ChildRefused"
@@ -101,7 +101,7 @@ def test_refusal_not_inherited_by_a_namesake_seen_in_a_relist(kubectl, controlle
     monkeypatch.setattr(refl, "_watch", down_then_expired)
     refl.disconnect()
     kubectl("-n", namespace, "delete", MPIJOBS, "pi", "--wait=true", timeout=60)
-    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="2s", policy="AtStartup"))
+    apply(kubectl, namespace, mpijob("pi", launcher_runs="2s", policy="AtStartup"))
     new = kget(kubectl, namespace, MPIJOBS, "pi")
     assert new["metadata"]["uid"] != old_uid and new["metadata"]["generation"] == 1
     wait_until(lambda: run.ctrl.mpijobs.store.get(f"{namespace}/pi") is not None, 5)
@@ -123,7 +123,7 @@ def test_standby_keeps_no_memory_and_no_queue(kubectl, controllers, namespace):
     standby = controllers(lead=False)
     names = [f"s{i}" for i in range(6)]
     for name in names:
-        apply(kubectl, namespace, simulated_mpijob(name, workers=2, launcher_runs="1s", policy="AtStartup"))
+        apply(kubectl, namespace, mpijob(name, workers=2, launcher_runs="1s", policy="AtStartup"))
     for name in names:
         wait_condition(kubectl, namespace, name, "Succeeded", timeout=120)
     kubectl("-n", namespace, "delete", MPIJOBS, "--all", "--wait=true", timeout=120)
@@ -179,7 +179,7 @@ def test_refusal_retries_stay_inside_the_queue_rate(kubectl, controllers, namesp
 
     before = refusals()
     for i in range(40):
-        apply(kubectl, namespace, simulated_mpijob(f"blocked-{i}", workers=1, launcher_runs="1s", policy="AtStartup"))
+        apply(kubectl, namespace, mpijob(f"blocked-{i}", workers=1, launcher_runs="1s", policy="AtStartup"))
     def blocked() -> int:  # MPIJobs refused at least once, as the controller's cache shows them
         return sum(1 for j in run.ctrl.mpijobs.store.list() if any(
             c.get("type") == "Blocked" and c.get("status") == "True" for c in (j.get("status") or {}).get(
@@ -222,7 +222,7 @@ def test_terminating_predecessor_pod_is_named_on_the_mpijob(kubectl, controllers
     Event naming the pod; once the pod is removed, it runs and the condition goes."""
     monkeypatch.setattr(predecessor, "STUCK_SECONDS", 5.0)
     controllers()
-    old = simulated_mpijob("pi", workers=1, launcher_runs="2s", policy="WaitForWorkersReady")
+    old = mpijob("pi", workers=1, launcher_runs="2s", policy="WaitForWorkersReady")
     worker_spec = old["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     worker_spec["nodeName"] = dead_node
     worker_spec["terminationGracePeriodSeconds"] = 1  # 0 would delete the pod at once, unconfirmed
@@ -233,7 +233,7 @@ def test_terminating_predecessor_pod_is_named_on_the_mpijob(kubectl, controllers
     kubectl("-n", namespace, "delete", MPIJOBS, "pi", "--wait=true", timeout=60)
     wait_until(lambda: (kget(kubectl, namespace, "pod", pod_name) or {}).get("metadata", {}).get(
         "deletionTimestamp"), 60, what="the old worker pod Terminating")
-    apply(kubectl, namespace, simulated_mpijob("pi", workers=1, launcher_runs="2s", policy="WaitForWorkersReady"))
+    apply(kubectl, namespace, mpijob("pi", workers=1, launcher_runs="2s", policy="WaitForWorkersReady"))
     cond = wait_condition(kubectl, namespace, "pi", "WaitingForPredecessor", timeout=60)
     assert cond["reason"] == "PredecessorPodStuck" and f"{namespace}/{pod_name}" in cond["message"], cond
     warned = wait_until(lambda: [e for e in events(kubectl, namespace, "pi") if e["reason"] == "PredecessorPodStuck"],
@@ -276,7 +276,7 @@ def test_healthz_fails_when_a_worker_hangs_or_the_informers_stop(kubectl, contro
             return real_apply(job, plan)
 
         run.executor.apply = hanging  # type: ignore[method-assign]
-        apply(kubectl, namespace, simulated_mpijob("hang", workers=1))
+        apply(kubectl, namespace, mpijob("hang", workers=1))
         _, text = wait_until(lambda: (r := _healthz(ports["probes"]))[0] == 503 and r, 30,
                              what="/healthz failing on the hung worker")
         assert f"{namespace}/hang" in text and "hung" in text, text
@@ -298,7 +298,7 @@ def test_secret_data_not_in_the_informer_cache(kubectl, controllers, namespace):
     names only. Before the fix every private key of the cluster sat in the Secret informer's cache.
     The plan still sees a Secret with both keys: no delete/re-create loop."""
     run = controllers()
-    apply(kubectl, namespace, simulated_mpijob("pi", workers=1, launcher_runs="2s", policy="AtStartup"))
+    apply(kubectl, namespace, mpijob("pi", workers=1, launcher_runs="2s", policy="AtStartup"))
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     server_copy = kget(kubectl, namespace, "secret", "pi-ssh")
     assert server_copy["data"]["ssh-privatekey"]  # the key is on the API server...
