@@ -10,7 +10,7 @@ the blocked MPIJobs stay Blocked and their writes are retried. Reported:
   were all refused once and their retries reached their steady rate);
 - the blocked MPIJobs' refused writes per second in that steady state.
 
-    python bench/bench_blocked.py          # a table, then the JSON
+    python -m bench.bench_blocked          # a table, then the JSON
 
 Uses $KUBECONFIG or $CLUSTER_DIR/kubeconfig (the local cluster must be up; kwok runs the pods).
 """
@@ -23,22 +23,18 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from prometheus_client import REGISTRY
 
-from prometheus_client import REGISTRY  # noqa: E402
-
-from client.resources import MPIJOBS, NAMESPACES  # noqa: E402
-from client.rest import RestClient  # noqa: E402
-from controller.config import Options  # noqa: E402
-from controller.executor import Executor  # noqa: E402
-from controller.mpijob_controller import MPIJobController  # noqa: E402
-from informers.factory import InformerFactory  # noqa: E402
+from client.resources import MPIJOBS, NAMESPACES
+from client.rest import RestClient
+from controller.config import Options
+from controller.executor import Executor
+from controller.mpijob_controller import MPIJobController
+from informers.factory import InformerFactory
+from testsupport.paths import CLUSTER_DIR
 
 N = int(os.environ.get("BENCH_BLOCKED", "500"))
-CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".cluster"))
 KUBECONFIG = os.environ.get("KUBECONFIG") or str(CLUSTER_DIR / "kubeconfig")
 
 
