@@ -145,7 +145,7 @@ class Executor:
             self.event(mpijob, ev)
         if plan.delete_mpijob:
             meta = mpijob["metadata"]
-            self._delete(Delete(Ref("kubeflow.org/v2beta1", "MPIJob", meta["namespace"], meta["name"]),
+            self._delete(Delete(Ref(MPIJOBS.api_version, MPIJOBS.kind, meta["namespace"], meta["name"]),
                                 uid=meta.get("uid"), reason="ttlSecondsAfterFinished"), res)
 
     def _create(self, mpijob: dict, c: Create, res: Result) -> None:
@@ -270,7 +270,7 @@ class Executor:
             "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
             "involvedObject": {
-                "apiVersion": mpijob.get("apiVersion", "kubeflow.org/v2beta1"),
+                "apiVersion": mpijob.get("apiVersion", MPIJOBS.api_version),
                 "kind": "MPIJob",
                 "namespace": meta["namespace"],
                 "name": meta["name"],

@@ -108,7 +108,7 @@ class LeaderElector:
                 log.warning("reading the Lease failed", error=str(e))
                 return False
             body = {
-                "apiVersion": "coordination.k8s.io/v1",
+                "apiVersion": LEASES.api_version,
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._record(now, _micro_time(now), 0),

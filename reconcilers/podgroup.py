@@ -30,7 +30,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from reconcilers import apilimits as lim
+from reconcilers import apilimits
 from reconcilers import names as n
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import merge_patch, ref_of
@@ -108,7 +108,7 @@ _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2*
 def parse_quantity(value: Any) -> Decimal:
     """A Kubernetes resource quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError if malformed or
     beyond what Kubernetes represents. Bounded work whatever the text (apilimits.quantity_value)."""
-    return lim.quantity_value(value)
+    return apilimits.quantity_value(value)
 
 
 def format_quantity(q: Decimal) -> str:

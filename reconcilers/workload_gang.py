@@ -37,12 +37,12 @@ from __future__ import annotations
 from typing import Any
 
 from reconcilers import names as n
-from reconcilers import podgroup as pg
+from reconcilers import podgroup
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import ref_of
 from reconcilers.types import Config, Obj, Patch
 
-MODE = pg.WORKLOAD  # the --gang-scheduling value
+MODE = podgroup.WORKLOAD  # the --gang-scheduling value
 GROUP = "scheduling.k8s.io"
 API = f"{GROUP}/v1beta1"
 WORKLOAD_KIND = "Workload"
@@ -72,7 +72,7 @@ def launcher_in_gang(mpijob: Obj) -> bool:
 
 
 def min_count(mpijob: Obj) -> int:
-    return max(pg.min_member(mpijob), 1)
+    return max(podgroup.min_member(mpijob), 1)
 
 
 def _replica(mpijob: Obj, rtype: str) -> Obj:
