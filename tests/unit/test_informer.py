@@ -18,6 +18,7 @@ from informers.informer import SharedInformer
 from informers.reflector import Backoff, Reflector
 from informers.store import DeletedFinalStateUnknown
 from informers.transforms import slim_pod, strip_managed_fields
+from testsupport.fake_api import FakeApi, FakeStream
 
 
 def cm(name, rv, data="x"):
@@ -26,54 +27,6 @@ def cm(name, rv, data="x"):
 
 def ev(typ, o):
     return {"type": typ, "object": o}
-
-
-class FakeStream:
-    """Yields its events, then either ends (a normal close) or blocks until shut down."""
-
-    def __init__(self, events, end=True):
-        self.events, self.end = events, end
-        self.cut = threading.Event()
-
-    def __iter__(self):
-        for e in self.events:
-            if isinstance(e, BaseException):
-                raise e
-            yield e
-        if not self.end:
-            self.cut.wait()
-            raise urllib3.exceptions.ProtocolError("connection cut")
-
-    def shutdown(self):
-        self.cut.set()
-
-    def close(self):
-        self.cut.set()
-
-
-class FakeClient:
-    def __init__(self):
-        self.list_pages: list = []  # each: dict page, or an exception
-        self.watch_scripts: list = []  # each: FakeStream or an exception
-        self.list_queries: list[dict] = []
-        self.watch_queries: list[dict] = []
-        self.lock = threading.Lock()
-
-    def request(self, method, path, *, query=None, body=None, content_type="", timeout=30):
-        with self.lock:
-            self.list_queries.append(dict(query or {}))
-            page = self.list_pages.pop(0) if self.list_pages else {"metadata": {"resourceVersion": "1"}}
-        if isinstance(page, BaseException):
-            raise page
-        return page
-
-    def stream(self, path, query=None, timeout=80):
-        with self.lock:
-            self.watch_queries.append(dict(query or {}))
-            script = self.watch_scripts.pop(0) if self.watch_scripts else FakeStream([], end=False)
-        if isinstance(script, BaseException):
-            raise script
-        return script
 
 
 def page(items, rv, cont=""):
@@ -122,7 +75,7 @@ def make(client, **kw):
 
 @pytest.fixture
 def client():
-    return FakeClient()
+    return FakeApi()
 
 
 def test_list_then_watch_events_in_order(client):
@@ -436,7 +389,7 @@ def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client, m
 
 def test_a_reflector_back_online_wakes_the_others_from_their_backoff():
     """The network back for one watch is back for all: no cache waits out a long backoff (issue #14)."""
-    fast, slow = FakeClient(), FakeClient()
+    fast, slow = FakeApi(), FakeApi()
     for c in (fast, slow):
         c.list_pages = [page([], 10)]
     fast.watch_scripts = [ConnectionResetError("cut"), FakeStream([], end=False)]
