@@ -114,46 +114,35 @@ class MPIJobController:
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
-        self.jobs = factory.informer_for(JOBS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
+        # The children's informers: our labels only, each store by its resource's plural (observed()).
+        self.stores = {MPIJOBS.plural: self.mpijobs.store}
+
+        def child(resource, transform=strip_managed_fields):
+            inf = factory.informer_for(resource, label_selector=OPERATOR_SELECTOR, transform=transform)
+            self.stores[resource.plural] = inf.store
+            return inf
+
+        self.jobs = child(JOBS)
         # Both worker kinds, whatever --worker-backend says: an MPIJob keeps the backend it started
         # with (reconcilers/backend.py), so a restart with the other flag must still see its workers.
-        self.statefulsets = factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR,
-                                                 transform=strip_managed_fields)
-        self.services = factory.informer_for(SERVICES, label_selector=OPERATOR_SELECTOR,
-                                             transform=strip_managed_fields)
-        self.config_maps = factory.informer_for(CONFIGMAPS, label_selector=OPERATOR_SELECTOR,
-                                                transform=strip_managed_fields)
+        self.statefulsets = child(STATEFULSETS)
+        self.services = child(SERVICES)
+        self.config_maps = child(CONFIGMAPS)
         # Without the keys' values: the plan only needs to know the Secret exists, is ours and has
         # both keys, and no private key of the cluster should sit in this process's memory.
-        self.secrets = factory.informer_for(SECRETS, label_selector=OPERATOR_SELECTOR,
-                                            transform=strip_secret_data)
-        self.pods = factory.informer_for(PODS, label_selector=OPERATOR_SELECTOR, transform=slim_pod)
+        self.secrets = child(SECRETS, strip_secret_data)
+        self.pods = child(PODS, slim_pod)
         self.pods.add_indexers({POD_INDEX: _pod_owner})
-        self.stores = {
-            MPIJOBS.plural: self.mpijobs.store,
-            JOBS.plural: self.jobs.store,
-            SERVICES.plural: self.services.store,
-            CONFIGMAPS.plural: self.config_maps.store,
-            SECRETS.plural: self.secrets.store,
-            PODS.plural: self.pods.store,
-            STATEFULSETS.plural: self.statefulsets.store,
-        }
         # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
         # With the Workload API, its Workloads too, and neither informer when the cluster does not serve
         # it (an informer would retry a 404 forever and the caches would never sync).
         self.pod_groups = self.workloads = None
-        if opts.gang_scheduling == workload_gang.MODE:
-            if not gang_unavailable:
-                self.workloads = factory.informer_for(WORKLOADS, label_selector=OPERATOR_SELECTOR,
-                                                      transform=strip_managed_fields)
-                self.stores[WORKLOADS.plural] = self.workloads.store
-                pg_resource = WORKLOAD_PODGROUPS
-        elif opts.gang_scheduling:
-            pg_resource = VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS
         if opts.gang_scheduling and not gang_unavailable:
-            self.pod_groups = factory.informer_for(pg_resource, label_selector=OPERATOR_SELECTOR,
-                                                   transform=strip_managed_fields)
-            self.stores[pg_resource.plural] = self.pod_groups.store
+            if opts.gang_scheduling == workload_gang.MODE:
+                self.workloads = child(WORKLOADS)
+                self.pod_groups = child(WORKLOAD_PODGROUPS)
+            else:
+                self.pod_groups = child(VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS)
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
