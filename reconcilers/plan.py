@@ -282,7 +282,15 @@ class _Planner:
         if outcome is None:
             return
         kind, reason, message, when = outcome
-        if kind == st.SUCCEEDED:
+        lost = self.worker_lost_during_run() if kind == st.SUCCEEDED else None
+        if lost:
+            self.fail(R_WORKER_LOST, (
+                f"MPIJob {self.key}: the launcher exited 0, but {lost} while it ran, so ranks may never have "
+                "finished: Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher "
+                "Job cannot retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not "
+                "apply). Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is "
+                "retried."), when)
+        elif kind == st.SUCCEEDED:
             msg = f"MPIJob {self.key} successfully completed."
             if self.cond(st.SUCCEEDED, "True", st.R_SUCCEEDED, msg):
                 self.event("Normal", st.R_SUCCEEDED, msg)
@@ -293,6 +301,38 @@ class _Planner:
             msg = f"MPIJob {self.key} has failed: {message or reason}{detail}"
             self.fail(reason, msg, when)
         self.not_running_if_never_ran(when)
+
+    def worker_lost_during_run(self) -> str | None:
+        """What shows that a worker was lost while the launcher ran, for a launcher that Succeeded
+        (docs/architecture.md section 8): the Restarting condition a worker loss set (Running, which
+        clears it, needs the launcher still running), or a worker pod deleted or ended between the
+        launcher pod's start and its end. Only an MPI whose mpirun exits 0 after losing a host gets
+        here: the others' launcher fails, and the Job retries it."""
+        if self.spec().get("mpiImplementation") != "OpenMPI":
+            return None
+        done = [p for p in self.launcher_pods if (p.get("status") or {}).get("phase") == "Succeeded"]
+        if not done:
+            return None
+        pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+        started = st.parse_time((pod.get("status") or {}).get("startTime"))
+        ended = [st.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                 for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+        finished = max((t for t in ended if t), default=None)
+        if started is None or finished is None:
+            return None
+        # A loss before this pod started (a retry's, which the Job delays by 10 s or more) is not its.
+        restarting = st.get_condition(self.old_status, st.RESTARTING) or {}
+        lost_at = st.parse_time(restarting.get("lastTransitionTime"))
+        if (restarting.get("status") == "True" and WORKER_LOST_WHY in (restarting.get("message") or "")
+                and lost_at is not None and started <= lost_at):
+            return "a worker was lost"
+        for w in self.worker_pods:
+            gone = [st.parse_time((w.get("metadata") or {}).get("deletionTimestamp"))] + [
+                st.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for cs in (w.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+            if any(t is not None and started < t <= finished for t in gone):
+                return f"worker {dz.pod_hostname(w)} was lost"
+        return None
 
     def not_running_if_never_ran(self, when: str | None) -> None:
         if st.get_condition(self.status, st.RUNNING) is None:
@@ -546,7 +586,7 @@ class _Planner:
                 self.event("Normal", st.R_RUNNING, msg)
         elif launcher_retry or worker_failed or worker_lost:
             why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-                   else "a worker failed or was lost")
+                   else WORKER_LOST_WHY)
             msg = f"MPIJob {self.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
             if self.cond(st.RESTARTING, "True", st.R_RESTARTING, msg):
                 self.event("Warning", st.R_RESTARTING, msg)
@@ -598,6 +638,10 @@ class _Planner:
 
 
 _NO_KEY = dz.SSHKey("", "")
+# Why Restarting is set when a worker pod ended or is not Ready while the MPIJob runs.
+WORKER_LOST_WHY = "a worker failed or was lost"
+# Failed reason: the launcher exited 0 although a worker was lost during its run (Open MPI 5).
+R_WORKER_LOST = "WorkerLostDuringRun"
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
 # delete events requeue the MPIJob anyway; this is the safety net).
 STALE_RECHECK_SECONDS = 1.0
