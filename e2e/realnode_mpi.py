@@ -76,6 +76,17 @@ def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, str]:
     return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
 
 
+def condition(kubectl: Callable, ns: str, name: str, ctype: str) -> dict:
+    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
+
+
+def mpijob_events(kubectl: Callable, ns: str, name: str) -> list[dict]:
+    r = kubectl("-n", ns, "get", "events", "-o", "json", "--field-selector",
+                f"involvedObject.kind=MPIJob,involvedObject.name={name}")
+    return json.loads(r.stdout)["items"]
+
+
 def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     c: dict[str, str] = {}

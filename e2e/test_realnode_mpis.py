@@ -19,10 +19,12 @@ from realnode_mpi import (
     ROOT,
     SSHD,
     apply,
+    condition,
     hostfile_hosts,
     launcher_logs,
     load_images,
     mpijob,
+    mpijob_events,
     placement,
     pods,
     ready_workers,
@@ -129,7 +131,10 @@ def test_worker_deleted_mid_run_comes_back_and_retry_succeeds(kubectl, realnode,
                                                               backend, flavour):
     """Worker 0 (sshd as its `command:`, which exits 0 on SIGTERM) is deleted while the ranks compute:
     mpirun fails, the worker comes back under its name, and the launcher Job's retry succeeds with
-    the ranks on both workers again."""
+    the ranks on both workers again. Open MPI 5's mpirun (PRRTE 3.0) mostly exits 0 instead (seen
+    here: 0 in most runs, non-zero in some), so no retry can happen: the MPIJob then ends
+    Failed/WorkerLostDuringRun with a Warning naming spec.mpiImplementation, never a silent
+    Succeeded (docs/architecture.md section 8)."""
     image = mpi_image(flavour)
     name = f"kill-{flavour}"
     job = mpijob(name, flavour, image, args=["mpirun", "-n", "4", "/opt/pi", "20000000000"], backoff=3,
@@ -154,6 +159,16 @@ def test_worker_deleted_mid_run_comes_back_and_retry_succeeds(kubectl, realnode,
     back = time.monotonic() - t0
     result = wait_finished(kubectl, namespace, name, 400)
     logs = launcher_logs(kubectl, namespace, name)
+    if flavour == "openmpi5" and result == "Failed":
+        # PRRTE exited 0 (as it mostly does); when it exits non-zero the retry path below applies
+        failed = condition(kubectl, namespace, name, "Failed")
+        assert failed.get("reason") == "WorkerLostDuringRun", (failed, logs)
+        assert "lost communication with a remote daemon" in logs and "pi is approximately" not in logs, logs
+        warnings = [e["message"] for e in mpijob_events(kubectl, namespace, name) if e["type"] == "Warning"]
+        assert any("spec.mpiImplementation" in m for m in warnings), warnings
+        print(f"\n[failure] {flavour:<8} {backend:<11} worker deleted -> Ready again {back:.1f}s; mpirun exited 0 "
+              f"without pi: MPIJob Failed/WorkerLostDuringRun {time.monotonic() - t_submit:.1f}s after submit")
+        return
     assert result == "Succeeded", logs
     launchers = pods(kubectl, namespace, name, "launcher")
     assert any(p["status"].get("phase") == "Failed" for p in launchers), "no launcher attempt failed"
@@ -175,9 +190,15 @@ def _running_workers(kubectl, ns: str, name: str) -> set[str]:
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
 
 
-# A ConfigMap update reaches a pod's volume at the kubelet's next sync of that pod: its
-# syncFrequency (1 min by default, and here) plus jitter. The operator's own share is under a second.
-DISCOVERY_BOUND = 100.0
+# A ConfigMap update reaches a pod's volume at the kubelet's next sync of that pod: every
+# syncFrequency (1 min by default, and here) with up to 50 % jitter, so up to 90 s after the
+# operator's write. The operator's own share (the ConfigMap updated) is measured apart.
+DISCOVERY_BOUND = 120.0
+
+
+def _configmap_hosts(kubectl, ns: str, name: str) -> list[str]:
+    cm = json.loads(kubectl("-n", ns, "get", "configmap", f"{name}-config", "-o", "json").stdout)
+    return [ln.split()[1] for ln in cm["data"]["discover_hosts.sh"].splitlines() if ln.startswith("echo ")]
 
 
 @pytest.mark.parametrize(("image", "backend"), _cases(["openmpi5"], prefix="discovery-"))
@@ -198,13 +219,17 @@ def test_discover_hosts_in_a_running_launcher_follows_the_workers(kubectl, realn
                     json.dumps({"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas}}}}))
         t_patch = time.monotonic()
         want = {f"{name}-worker-{i}" for i in range(replicas)}
-        t_running = t_seen = None
+        t_running = t_seen = t_cm = None
         seen: list[str] | None = None
+        expected = sorted(h + suffix for h in want)
         while time.monotonic() - t_patch < 240:
             if t_running is None and _running_workers(kubectl, namespace, name) == want:
                 t_running = time.monotonic()
+            if t_running is not None and t_cm is None and sorted(
+                    _configmap_hosts(kubectl, namespace, name)) == expected:
+                t_cm = time.monotonic()
             seen = _discovered(kubectl, namespace, launcher)
-            if t_running is not None and seen is not None and sorted(seen) == sorted(h + suffix for h in want):
+            if t_running is not None and seen is not None and sorted(seen) == expected:
                 t_seen = time.monotonic()
                 break
             time.sleep(0.5)
@@ -213,8 +238,10 @@ def test_discover_hosts_in_a_running_launcher_follows_the_workers(kubectl, realn
         assert t_seen is not None, f"discover_hosts.sh printed {seen}, want {sorted(want)}"
         delay = t_seen - t_running
         delays.append(delay)
+        cm = f"{(t_cm or t_seen) - t_running:5.1f}s"
         print(f"\n[discovery] {backend:<11} replicas -> {replicas}: workers running {t_running - t_patch:5.1f}s "
-              f"after the patch, discover_hosts.sh printed them {delay:5.1f}s later")
+              f"after the patch; the ConfigMap had them {cm} later, discover_hosts.sh in the launcher "
+              f"{delay:5.1f}s later")
         assert delay <= DISCOVERY_BOUND, f"discover_hosts.sh lagged {delay:.1f}s behind the running workers"
     # stays exact (nothing printed that is not running)
     assert sorted(_discovered(kubectl, namespace, launcher) or []) == [f"{name}-worker-0{suffix}"]
