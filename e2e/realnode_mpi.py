@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.paths import ROOT
+
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
-JOB_NAME = "training.kubeflow.org/job-name"
-ROLE = "training.kubeflow.org/job-role"
 # The image flavours and the mpiImplementation each one needs.
 IMPLEMENTATION = {"openmpi4": "OpenMPI", "openmpi5": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
@@ -102,7 +102,7 @@ def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
 
 
 def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
+    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}", "-o", "json")
     return json.loads(r.stdout)["items"]
 
 
