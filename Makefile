@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv crd lint unit fuzz integration e2e e2e-kueue kueue test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd lint unit fuzz integration e2e e2e-kueue e2e-mpis kueue mpi-images test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -48,19 +48,32 @@ kueue: ## build Kueue for e2e/test_kueue.py (hack/build-kueue.sh: cold 8-9 min, 
 	@echo ">> kueue (hack/build-kueue.sh)"
 	hack/build-kueue.sh >/dev/null
 
-# Kueue is built before pytest starts, so a cold build is never inside a test's 600 s timeout.
-e2e: $(PY) kueue ## end-to-end tests: the operator as a process on the local cluster, both backends
+mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (hack/images/build.sh mpis: cold ~7 min, cached after)
+	@if [ "$$(id -u)" = 0 ]; then echo ">> MPI images (hack/images/build.sh mpis)"; hack/images/build.sh mpis >/dev/null; \
+	else echo ">> MPI images: skipped (building them needs root, as the real node does)"; fi
+
+# The whole MPI matrix (implementation x backend x runLauncherAsWorker, failure paths and discovery
+# on both backends: ~25 min) is `make e2e-mpis`; `make test` and `make e2e` run a cross-section of it
+# (every MPI, both backends, runLauncherAsWorker) and deselect the rest (marker mpi_matrix).
+MATRIX ?= -m "not mpi_matrix"
+
+# Kueue and the MPI images are built before pytest starts, so a cold build is never inside a test's
+# 600 s timeout.
+e2e: $(PY) kueue mpi-images ## end-to-end tests: the operator as a process on the local cluster, both backends
 	@echo ">> end-to-end tests (local cluster)"
-	$(PY) -m pytest e2e -q $(PYTEST_ARGS)
+	$(PY) -m pytest e2e -q $(MATRIX) $(PYTEST_ARGS)
+
+e2e-mpis: $(PY) mpi-images ## every MPI x backend x runLauncherAsWorker on the real node, failure paths, discovery (-s: times, hosts)
+	$(PY) -m pytest e2e/test_realnode_mpis.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: TAS, MultiKueue with a second cluster)
 	$(PY) -m pytest e2e/test_kueue.py e2e/test_kueue_topology.py e2e/test_kueue_multikueue.py -q $(PYTEST_ARGS)
 
-test: $(PY) kueue ## lint, unit, integration and e2e tests (starts the local cluster itself)
+test: $(PY) kueue mpi-images ## lint, unit, integration and e2e tests (starts the local cluster itself)
 	@echo ">> lint"
 	$(VENV)/bin/ruff check .
 	@echo ">> all tests: unit, integration, e2e (the local cluster is started once and reused)"
-	$(PY) -m pytest tests e2e -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest tests e2e -q -p no:cacheprovider $(MATRIX) $(PYTEST_ARGS)
 
 cluster-up: ## the local cluster (kubeconfig at .cluster/kubeconfig); REAL_NODE=0 skips the real node
 	hack/cluster-up.sh

@@ -14,7 +14,7 @@ import hashlib
 import json
 
 from reconcilers import names as n
-from reconcilers import podgroup
+from reconcilers import podgroup, workload_gang
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
@@ -28,6 +28,11 @@ DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 # A lost worker of the Job backend must be replaced, never fail the worker Job.
 WORKER_JOB_BACKOFF_LIMIT = 2**31 - 1
 SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
+# The pod's interface on the pod network (the CRI runtimes name it so). Hydra's proxies on the
+# workers dial back to the launcher by its hostname unless told an interface, whose address they
+# then use: a retried launcher's name is not in DNS for its first second or so, and a proxy that
+# cannot resolve it fails the attempt (docs/architecture.md section 9).
+POD_INTERFACE = "eth0"
 
 
 def owner_reference(mpijob: Obj) -> Obj:
@@ -77,6 +82,15 @@ def launcher_fqdn(mpijob: Obj, config: Config) -> str:
     return n.pod_fqdn(mpijob, n.launcher_name(mpijob), config.cluster_domain)
 
 
+def launcher_host(mpijob: Obj, config: Config) -> str:
+    """The launcher's name in the hostfile and discover_hosts.sh (runLauncherAsWorker): its FQDN,
+    or for Hydra its bare hostname, the only name Hydra runs locally rather than by ssh
+    (docs/architecture.md section 9; it resolves everywhere through the pods' DNS search path)."""
+    if _spec(mpijob).get("mpiImplementation") in n.HYDRA_IMPLEMENTATIONS:
+        return n.launcher_name(mpijob)
+    return launcher_fqdn(mpijob, config)
+
+
 def hostfile(mpijob: Obj, config: Config) -> str:
     """One line per host: `host slots=N` (Open MPI) or `host:N` (Intel MPI, MPICH); the launcher
     first when runLauncherAsWorker."""
@@ -84,7 +98,7 @@ def hostfile(mpijob: Obj, config: Config) -> str:
     slots = spec["slotsPerWorker"]
     hosts = worker_fqdns(mpijob, config)
     if spec.get("runLauncherAsWorker"):
-        hosts = [launcher_fqdn(mpijob, config), *hosts]
+        hosts = [launcher_host(mpijob, config), *hosts]
     fmt = "{} slots={}" if spec["mpiImplementation"] == "OpenMPI" else "{}:{}"
     return "".join(fmt.format(h, slots) + "\n" for h in hosts)
 
@@ -113,7 +127,7 @@ def discover_hosts(mpijob: Obj, pods: list[Obj], config: Config) -> str:
     """A shell script printing the hosts of the workers that run now (for elastic Horovod)."""
     lines = ["#!/bin/sh"]
     if _spec(mpijob).get("runLauncherAsWorker"):
-        lines.append(f"echo {launcher_fqdn(mpijob, config)}")
+        lines.append(f"echo {launcher_host(mpijob, config)}")
     prefix = n.worker_name(mpijob) + "-"
     hostnames = {pod_hostname(p) for p in pods if pod_role(p) == n.ROLE_WORKER and is_pod_active(p)}
     count = worker_replicas(mpijob)
@@ -247,6 +261,7 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     container = spec["containers"][0]
     _add_mount(container, SSH_VOLUME, _spec(mpijob)["sshAuthMountPath"])
     podgroup.decorate_template(template, mpijob, config)
+    workload_gang.decorate_template(template, mpijob, config)
     return template, container
 
 
@@ -266,6 +281,13 @@ def worker_template(mpijob: Obj, config: Config) -> Obj:
         template["metadata"]["annotations"] = {**(template["metadata"].get("annotations") or {}),
                                                n.REPLICA_INDEX_OFFSET_ANNOTATION: "1"}
     return template
+
+
+def _pod_network(mpijob: Obj) -> bool:
+    """Launcher and workers on the pod network (neither template asks for hostNetwork)."""
+    specs = _spec(mpijob)["mpiReplicaSpecs"]
+    return not any(((rs.get("template") or {}).get("spec") or {}).get("hostNetwork")
+                   for rs in specs.values() if isinstance(rs, dict))
 
 
 def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
@@ -292,8 +314,15 @@ def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
             ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", SSH_CONNECT_ARGS),
             ("I_MPI_PERHOST", slots),
         ]
+        if _pod_network(mpijob):
+            env.append(("I_MPI_HYDRA_IFACE", POD_INTERFACE))
     else:  # MPICH
-        env += [("HYDRA_HOST_FILE", HOSTFILE_PATH), ("HYDRA_LAUNCH_EXTRA_ARGS", SSH_CONNECT_ARGS)]
+        # Hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; upstream's HYDRA_LAUNCH_EXTRA_ARGS is read by no
+        # MPICH (kept, for manifests and tools that look for it). docs/architecture.md section 9.
+        env += [("HYDRA_HOST_FILE", HOSTFILE_PATH), ("HYDRA_LAUNCHER_EXTRA_ARGS", SSH_CONNECT_ARGS),
+                ("HYDRA_LAUNCH_EXTRA_ARGS", SSH_CONNECT_ARGS)]
+        if _pod_network(mpijob):
+            env.append(("HYDRA_IFACE", POD_INTERFACE))
     if not spec.get("runLauncherAsWorker"):
         # The launcher needs no GPU: hide the node's GPUs from it (as upstream does).
         env += [("NVIDIA_VISIBLE_DEVICES", ""), ("NVIDIA_DRIVER_CAPABILITIES", "")]

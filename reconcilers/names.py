@@ -34,6 +34,13 @@ TEMPLATE_HASH_ANNOTATION = "mpijob-operator.dev/template-hash"
 BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
 
 
+# MPIs whose process manager is Hydra (MPICH, Intel MPI): it runs a host's proxy by fork only when
+# the hostfile names that host exactly as gethostname() does, and by ssh otherwise (even for a name
+# that resolves to its own address). With runLauncherAsWorker the launcher, which runs no sshd, is
+# therefore written as its bare hostname (docs/architecture.md section 9).
+HYDRA_IMPLEMENTATIONS = frozenset({"Intel", "MPICH"})
+
+
 def _meta(job: Any) -> dict:
     if isinstance(job, dict) and isinstance(job.get("metadata"), dict):
         return job["metadata"]

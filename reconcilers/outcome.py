@@ -6,7 +6,8 @@ Pure functions over a JobContext (what is observed) and a Draft (what is being d
   until the spec changes; transient -> Blocked=True while it lasts.
 - `name_clash`: Failed/ResourceExists while an object not ours holds one of our names (no
   completionTime, so no TTL), cleared once the name is free.
-- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions.
+- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; an Open MPI launcher
+  that exited 0 although a worker was lost during its run is Failed/WorkerLostDuringRun.
 - `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
 - `ttl`: ttlSecondsAfterFinished from status.completionTime.
 One Event per transition, never per reconcile.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconcilers import refusal, status
+from reconcilers import desired, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
@@ -66,6 +67,12 @@ def name_clash(draft: Draft, clash: str | None) -> None:
         draft.event("Warning", status.R_RESOURCE_EXISTS, clash)
 
 
+# Why Restarting is set when a worker pod ended or is not Ready while the MPIJob runs.
+WORKER_LOST_WHY = "a worker failed or was lost"
+# Failed reason: the launcher exited 0 although a worker was lost during its run (Open MPI 5).
+R_WORKER_LOST = "WorkerLostDuringRun"
+
+
 def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if not ctx.owned(ctx.launcher):
         return
@@ -73,7 +80,15 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    if kind == status.SUCCEEDED:
+    lost = worker_lost_during_run(ctx, draft) if kind == status.SUCCEEDED else None
+    if lost:
+        draft.fail(R_WORKER_LOST, (
+            f"MPIJob {ctx.key}: the launcher exited 0, but {lost} while it ran, so ranks may never have "
+            "finished: Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher "
+            "Job cannot retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not "
+            "apply). Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is "
+            "retried."), when)
+    elif kind == status.SUCCEEDED:
         msg = f"MPIJob {ctx.key} successfully completed."
         if draft.condition(status.SUCCEEDED, "True", status.R_SUCCEEDED, msg):
             draft.event("Normal", status.R_SUCCEEDED, msg)
@@ -83,6 +98,39 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)
     not_running_if_never_ran(draft, when)
+
+
+def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
+    """What shows that a worker was lost while the launcher ran, for a launcher that Succeeded
+    (docs/architecture.md section 9): the Restarting condition a worker loss set (Running, which
+    clears it, needs the launcher still running), or a worker pod deleted or ended between the
+    launcher pod's start and its end. Only an MPI whose mpirun exits 0 after losing a host gets
+    here: the others' launcher fails, and the Job retries it."""
+    if ctx.spec.get("mpiImplementation") != "OpenMPI":
+        return None
+    done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
+    if not done:
+        return None
+    pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+    started = status.parse_time((pod.get("status") or {}).get("startTime"))
+    ended = [status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+             for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+    finished = max((t for t in ended if t), default=None)
+    if started is None or finished is None:
+        return None
+    # A loss before this pod started (a retry's, which the Job delays by 10 s or more) is not its.
+    restarting = status.get_condition(draft.old_status, status.RESTARTING) or {}
+    lost_at = status.parse_time(restarting.get("lastTransitionTime"))
+    if (restarting.get("status") == "True" and WORKER_LOST_WHY in (restarting.get("message") or "")
+            and lost_at is not None and started <= lost_at):
+        return "a worker was lost"
+    for w in ctx.pods.workers:
+        gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp"))] + [
+            status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for cs in (w.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+        if any(t is not None and started < t <= finished for t in gone):
+            return f"worker {desired.pod_hostname(w)} was lost"
+    return None
 
 
 def not_running_if_never_ran(draft: Draft, when: str | None) -> None:

@@ -18,9 +18,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator/images}
 SUITE=${DEBIAN_SUITE:-bookworm}
 SSH_PORT=2222
-# The image: Open MPI's runtime, sshd/ssh, nslookup; the compilers only in a throw-away builder.
-MPI_PACKAGES="openmpi-bin openssh-server openssh-client dnsutils procps iproute2"
-BUILDER_PACKAGES="libopenmpi-dev gcc libc6-dev"
 PY=$(command -v /usr/bin/python3 || command -v python3)
 mkdir -p "$CACHE"
 cleanup_dirs=()
@@ -39,6 +36,15 @@ apt_uri() {  # apt_uri <regex for the path>: first matching URI
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-$(apt_uri '/debian/?$' || true)}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 DEBIAN_SECURITY=${DEBIAN_SECURITY:-$(apt_uri '/debian-security/?$' || true)}
+
+need_debootstrap() {  # as hack/realnode/up.sh does: Debian's package, installed when missing
+  command -v debootstrap >/dev/null && return 0
+  command -v apt-get >/dev/null || die "debootstrap is missing (and there is no apt-get to install it)"
+  log "installing debootstrap"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null; } ||
+    die "apt-get install debootstrap failed"
+}
 
 hash_of() {  # hash_of <string|file>...: 16 hex digits over the contents of files and literal strings
   local a
@@ -81,33 +87,124 @@ build_pause() {
   echo "pause $out localhost/pause:local"
 }
 
-build_mpi_pi() {
-  local t0=$SECONDS hb ht base out w
-  hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$MPI_PACKAGES" "$SSH_PORT" v1)
-  base=$CACHE/mpi-pi-base-$hb.layer.tar
-  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/mpi-pi/entrypoint.sh" "$here/oci_pack.py" "$BUILDER_PACKAGES" v1)
-  out=$CACHE/mpi-pi-$ht.oci.tar
+# The MPI images: one per MPI flavour, each with the same sshd/ssh setup (mpi-pi/setup-rootfs.sh),
+# entrypoint (mpi-pi/entrypoint.sh) and pi program (mpi-pi/pi.c) compiled against its MPI.
+#   flavour   suite     MPI                                        references
+#   openmpi4  bookworm  Open MPI 4.1 (ORTE)                        localhost/mpi-pi:{<hash>,latest,openmpi4}
+#   openmpi5  trixie    Open MPI 5.0 (PRRTE) + python3-mpi4py      localhost/mpi-pi:{openmpi5-<hash>,openmpi5}
+#   mpich     trixie    MPICH 4.2 (Hydra)                          localhost/mpi-pi:{mpich-<hash>,mpich}
+#   intel     bookworm  Intel MPI (Hydra) from PyPI's impi-rt wheel localhost/mpi-pi:{intel-<hash>,intel}
+MPI_FLAVOURS="openmpi4 openmpi5 mpich intel"
+IMPI_VERSION=2021.16.1  # the last impi-rt that bundles libfabric (later ones need a libfabric wheel)
+COMMON_PACKAGES="openssh-server openssh-client dnsutils procps iproute2"
+flavour_vars() {  # sets suite, packages, builder, refs for flavour $1
+  suite=$SUITE builder="gcc libc6-dev"
+  case $1 in
+    openmpi4) packages="openmpi-bin" builder="libopenmpi-dev $builder" ;;
+    openmpi5) suite=${DEBIAN_SUITE_NEW:-trixie} packages="openmpi-bin python3-mpi4py"
+      builder="libopenmpi-dev $builder" ;;
+    mpich) suite=${DEBIAN_SUITE_NEW:-trixie} packages="mpich" builder="libmpich-dev $builder" ;;
+    intel) packages="" ;;  # the MPI comes from the impi-rt wheel (intel_install)
+    *) die "unknown MPI flavour $1 (one of: $MPI_FLAVOURS)" ;;
+  esac
+  packages="$packages $COMMON_PACKAGES"
+}
+flavour_refs() {  # flavour_refs <flavour> <hash>: the image's references, the first one unique to its inputs
+  if [ "$1" = openmpi4 ]; then echo "localhost/mpi-pi:$2 localhost/mpi-pi:latest localhost/mpi-pi:openmpi4"
+  else echo "localhost/mpi-pi:$1-$2 localhost/mpi-pi:$1"; fi
+}
+flavour_env() {  # extra image Env (JSON list items) of flavour $1
+  case $1 in
+    intel) echo '"PATH=/opt/intel/mpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","I_MPI_ROOT=/opt/intel/mpi","FI_PROVIDER_PATH=/opt/intel/mpi/lib",' ;;
+    *) echo '"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",' ;;
+  esac
+}
+
+# Intel MPI from PyPI's wheels (downloaded once by pip into the cache, pinned): the wheel's data
+# directory is the install prefix; it goes to /opt/intel/mpi without the benchmarks, the tuner and
+# Java, and the wheel's copies of one library under several names become symlinks.
+intel_wheel() {  # intel_wheel <impi-rt|impi-devel>: the cached wheel's path
+  local d=$CACHE/wheels f
+  f=$(ls "$d/${1//-/_}-$IMPI_VERSION-"*.whl 2>/dev/null | head -n 1)
+  if [ -z "$f" ]; then
+    mkdir -p "$d"
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+      --python-version 3 -d "$d" "$1==$IMPI_VERSION" >&2 || die "pip download $1==$IMPI_VERSION failed"
+    f=$(ls "$d/${1//-/_}-$IMPI_VERSION-"*.whl | head -n 1)
+  fi
+  echo "$f"
+}
+intel_install() {  # intel_install <wheel> <prefix>
+  "$PY" - "$1" "$2" <<'PYEOF'
+import hashlib, os, sys, zipfile
+whl, prefix = sys.argv[1], sys.argv[2]
+skip = ("bin/IMB-", "bin/mpitune", "opt/mpi/tune_fast/", "share/java/", "lib/libmpijava", "etc/conda/")
+with zipfile.ZipFile(whl) as z:
+    for info in z.infolist():
+        parts = info.filename.split("/", 2)
+        if len(parts) < 3 or not parts[0].endswith(".data") or parts[1] != "data" or info.is_dir():
+            continue
+        rel = parts[2]
+        if rel.startswith(skip):
+            continue
+        dest = os.path.join(prefix, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with z.open(info) as src, open(dest, "wb") as out:
+            out.write(src.read())
+        os.chmod(dest, 0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+lib = os.path.join(prefix, "lib")
+groups = {}
+for name in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+    path = os.path.join(lib, name)
+    if os.path.isfile(path) and not os.path.islink(path):
+        with open(path, "rb") as f:
+            groups.setdefault(hashlib.sha256(f.read()).hexdigest(), []).append(name)
+for names in groups.values():
+    keep = max(names, key=len)  # libmpi.so.12.0.0 stays; libmpi.so, .so.12, .so.12.0 point at it
+    for name in names:
+        if name != keep and name.startswith(keep.split(".so")[0] + ".so"):
+            os.remove(os.path.join(lib, name))
+            os.symlink(keep, os.path.join(lib, name))
+PYEOF
+}
+
+build_mpi_pi() {  # build_mpi_pi <flavour>
+  local flavour=$1 t0=$SECONDS hb ht base out w suite packages builder refs rt="" devel="" extra=""
+  flavour_vars "$flavour"
+  if [ "$flavour" = intel ]; then
+    rt=$(intel_wheel impi-rt) devel=$(intel_wheel impi-devel)
+    extra="$(basename "$rt") $(basename "$devel")"
+  fi
+  hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$suite" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$packages" "$SSH_PORT" "$extra" v2)
+  base=$CACHE/mpi-pi-$flavour-base-$hb.layer.tar
+  ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/mpi-pi/entrypoint.sh" "$here/oci_pack.py" "$builder" "$(flavour_env "$flavour")" v2)
+  out=$CACHE/mpi-pi-$flavour-$ht.oci.tar
+  refs=$(flavour_refs "$flavour" "$ht")
   if [ -s "$out" ]; then
-    echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
+    echo "mpi-pi-$flavour $out $refs"
     return 0
   fi
   w=$(mktemp -d "$CACHE/tmp.mpi-pi.XXXXXX")
   cleanup_dirs+=("$w")
   if [ ! -s "$base" ]; then
-    command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
-    log "mpi-pi: debootstrap $SUITE (minbase) from $DEBIAN_MIRROR"
-    in_private_ns debootstrap --variant=minbase "$SUITE" "$w/rootfs" "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 ||
+    need_debootstrap
+    log "mpi-pi-$flavour: debootstrap $suite (minbase) from $DEBIAN_MIRROR"
+    in_private_ns debootstrap --variant=minbase "$suite" "$w/rootfs" "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 ||
       { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
-    log "mpi-pi: debootstrap done ($((SECONDS - t0))s); installing $MPI_PACKAGES"
+    log "mpi-pi-$flavour: debootstrap done ($((SECONDS - t0))s); installing $packages"
     {
-      echo "deb $DEBIAN_MIRROR $SUITE main"
-      echo "deb $DEBIAN_MIRROR $SUITE-updates main"
-      [ -z "$DEBIAN_SECURITY" ] || echo "deb $DEBIAN_SECURITY $SUITE-security main"
+      echo "deb $DEBIAN_MIRROR $suite main"
+      echo "deb $DEBIAN_MIRROR $suite-updates main"
+      [ -z "$DEBIAN_SECURITY" ] || echo "deb $DEBIAN_SECURITY $suite-security main"
     } >"$w/rootfs/etc/apt/sources.list"
     cp /etc/resolv.conf "$w/rootfs/etc/resolv.conf"
+    if [ -n "$rt" ]; then
+      intel_install "$rt" "$w/rootfs/opt/intel/mpi"
+      echo /opt/intel/mpi/lib >"$w/rootfs/etc/ld.so.conf.d/intel-mpi.conf"
+    fi
     cp "$here/mpi-pi/setup-rootfs.sh" "$w/rootfs/setup-rootfs.sh"
     in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        PACKAGES="$2" SSH_PORT="$3" sh /setup-rootfs.sh' sh "$w/rootfs" "$MPI_PACKAGES" "$SSH_PORT" \
+        PACKAGES="$2" SSH_PORT="$3" sh /setup-rootfs.sh' sh "$w/rootfs" "$packages" "$SSH_PORT" \
       >"$w/setup.log" 2>&1 || { tail -n 30 "$w/setup.log" >&2; die "installing packages in the image failed"; }
     tail -n 1 "$w/setup.log" >&2
     rm -f "$w/rootfs/setup-rootfs.sh"
@@ -115,35 +212,44 @@ build_mpi_pi() {
     echo mpi-pi >"$w/rootfs/etc/hostname"
     rm -rf "$w/rootfs/var/cache/debconf/"*-old "$w/rootfs/var/lib/dpkg/"*-old
     tar_layer "$w/rootfs" "$base"
-    log "mpi-pi: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
+    log "mpi-pi-$flavour: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
     rm -rf "$w/rootfs"
   fi
-  # Top layer: the pi program, compiled by mpicc in a builder made of the base plus
-  # $BUILDER_PACKAGES (so the image itself carries no compiler), then thrown away.
-  log "mpi-pi: compiling pi.c in a builder (base + $BUILDER_PACKAGES)"
+  # Top layer: the pi program, compiled by mpicc in a builder made of the base plus $builder
+  # (so the image itself carries no compiler), then thrown away.
+  log "mpi-pi-$flavour: compiling pi.c in a builder (base + $builder)"
   mkdir -p "$w/rootfs" "$w/top/opt"
   tar --numeric-owner -C "$w/rootfs" -xf "$base"
   cp /etc/resolv.conf "$w/rootfs/etc/resolv.conf"
   cp "$here/mpi-pi/pi.c" "$w/rootfs/opt/pi.c"
-  # (the layer has an empty /dev: the host's is bind-mounted, in the private mount namespace)
+  local mpicc=mpicc
+  if [ -n "$devel" ]; then
+    intel_install "$devel" "$w/rootfs/opt/intel/mpi"
+    mpicc="I_MPI_ROOT=/opt/intel/mpi /opt/intel/mpi/bin/mpicc"
+  fi
+  # (the layer has an empty /dev: the host's is bind-mounted, in the private mount namespace;
+  # HOME: Open MPI 5's mpicc fails in opal_init without one)
   in_private_ns sh -c 'mount -t proc proc "$1/proc" && mount --bind /dev "$1/dev" &&
-    exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $2 &&
-      mpicc -O2 -o /opt/pi /opt/pi.c -lm"' sh "$w/rootfs" "$BUILDER_PACKAGES" >"$w/builder.log" 2>&1 ||
+    exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $2 &&
+      $3 -O2 -o /opt/pi /opt/pi.c -lm"' sh "$w/rootfs" "$builder" "$mpicc" >"$w/builder.log" 2>&1 ||
     { tail -n 30 "$w/builder.log" >&2; die "compiling pi.c failed"; }
   cp -a "$w/rootfs/opt/pi" "$w/rootfs/opt/pi.c" "$w/top/opt/"
   cp "$here/mpi-pi/entrypoint.sh" "$w/top/entrypoint.sh"
   chmod 755 "$w/top/opt/pi" "$w/top/opt" "$w/top/entrypoint.sh"; chmod 644 "$w/top/opt/pi.c"
   touch -d @0 "$w/top/opt" "$w/top/opt/"* "$w/top/entrypoint.sh"
   tar_layer "$w/top" "$w/top.tar" ./entrypoint.sh ./opt
-  "$PY" "$here/oci_pack.py" --out "$out" --name "localhost/mpi-pi:$ht" --name localhost/mpi-pi:latest \
-    --layer "$base" --layer "$w/top.tar" \
-    --config '{"Entrypoint":["/entrypoint.sh"],"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
-  log "mpi-pi: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
+  local names=() r
+  for r in $refs; do names+=(--name "$r"); done
+  "$PY" "$here/oci_pack.py" --out "$out" "${names[@]}" --layer "$base" --layer "$w/top.tar" \
+    --config '{"Entrypoint":["/entrypoint.sh"],"Cmd":["/usr/sbin/sshd","-De","-f","/home/mpiuser/.sshd_config"],"User":"1000:1000","WorkingDir":"/home/mpiuser","Env":['"$(flavour_env "$flavour")"'"LANG=C.UTF-8"],"ExposedPorts":{"2222/tcp":{}}}' 2>/dev/null
+  log "mpi-pi-$flavour: $out ($(du -h "$out" | cut -f1), $((SECONDS - t0))s)"
   rm -rf "$w"
-  # Older builds of this image are dead weight in the cache.
-  find "$CACHE" -maxdepth 1 \( -name 'mpi-pi-*.oci.tar' ! -name "$(basename "$out")" -o \
-    -name 'mpi-pi-base-*.layer.tar' ! -name "$(basename "$base")" \) -delete
-  echo "mpi-pi $out localhost/mpi-pi:$ht localhost/mpi-pi:latest"
+  # Older builds of this image are dead weight in the cache. (Those named before flavours,
+  # mpi-pi-<hash>.oci.tar and mpi-pi-base-*, are left alone: a checkout of an older version may
+  # still use them.)
+  find "$CACHE" -maxdepth 1 \( -name "mpi-pi-$flavour-*.oci.tar" ! -name "$(basename "$out")" -o \
+    -name "mpi-pi-$flavour-base-*.layer.tar" ! -name "$(basename "$base")" \) -delete
+  echo "mpi-pi-$flavour $out $refs"
 }
 
 # The operator's own image (the Dockerfile's result, without Docker): a Debian base with Python
@@ -167,7 +273,7 @@ build_operator() {
   w=$(mktemp -d "$CACHE/tmp.operator.XXXXXX")
   cleanup_dirs+=("$w")
   if [ ! -s "$base" ]; then
-    command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+    need_debootstrap
     log "operator: debootstrap $SUITE (minbase) + $OPERATOR_PACKAGES"
     in_private_ns debootstrap --variant=minbase --include="${OPERATOR_PACKAGES// /,}" "$SUITE" "$w/rootfs" \
       "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 || { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
@@ -205,8 +311,10 @@ build_operator() {
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
 case ${1:-all} in
   pause) build_pause ;;
-  mpi-pi) build_mpi_pi ;;
+  mpi-pi | openmpi4) build_mpi_pi openmpi4 ;;
+  openmpi5 | mpich | intel) build_mpi_pi "$1" ;;
+  mpis) for f in $MPI_FLAVOURS; do build_mpi_pi "$f"; done ;;
   operator) build_operator ;;
-  all) build_pause; build_mpi_pi ;;
-  *) die "usage: $0 pause|mpi-pi|operator|all" ;;
+  all) build_pause; build_mpi_pi openmpi4 ;;
+  *) die "usage: $0 pause|mpi-pi|openmpi4|openmpi5|mpich|intel|mpis|operator|all" ;;
 esac

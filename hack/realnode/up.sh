@@ -109,8 +109,8 @@ images=
 import_images() {
   [ -n "$images" ] || images=$("$here/../images/build.sh" all)
   PAUSE_TAR=$(echo "$images" | awk '$1 == "pause" {print $2}')
-  MPI_TAR=$(echo "$images" | awk '$1 == "mpi-pi" {print $2}')
-  MPI_REF=$(echo "$images" | awk '$1 == "mpi-pi" {print $3}')
+  MPI_TAR=$(echo "$images" | awk '$1 == "mpi-pi-openmpi4" {print $2}')
+  MPI_REF=$(echo "$images" | awk '$1 == "mpi-pi-openmpi4" {print $3}')
   [ -n "${1:-}" ] || return 0
   local have pair ref tarball
   have=$(ctr_k8s images ls -q 2>/dev/null || true)

@@ -156,7 +156,9 @@ def test_worker_without_command_runs_sshd():
         "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile", "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
         "PRTE_MCA_prte_set_default_slots": "4", "PRTE_MCA_prte_keep_fqdn_hostnames": "true"}),
     ("Intel", "pi-worker-0.pi.ns.svc:4", {"I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile", "I_MPI_PERHOST": "4"}),
-    ("MPICH", "pi-worker-0.pi.ns.svc:4", {"HYDRA_HOST_FILE": "/etc/mpi/hostfile"}),
+    # Hydra reads HYDRA_LAUNCHER_EXTRA_ARGS (upstream's HYDRA_LAUNCH_EXTRA_ARGS is kept but read by none)
+    ("MPICH", "pi-worker-0.pi.ns.svc:4", {"HYDRA_HOST_FILE": "/etc/mpi/hostfile",
+                                          "HYDRA_LAUNCHER_EXTRA_ARGS": "-o ConnectionAttempts=10"}),
 ])
 def test_hostfile_and_environment_per_mpi_implementation(impl, line, env):
     job = job_of(spec={"mpiImplementation": impl, "slotsPerWorker": 4})
@@ -166,6 +168,33 @@ def test_hostfile_and_environment_per_mpi_implementation(impl, line, env):
     assert got["K_MPI_JOB_ROLE"] == "launcher" and got["NVIDIA_VISIBLE_DEVICES"] == ""
     worker_env = dz.worker_template(job, Config())["spec"]["containers"][0]["env"]
     assert {"name": "K_MPI_JOB_ROLE", "value": "worker"} in worker_env
+
+
+@pytest.mark.parametrize(("impl", "first"), [
+    ("OpenMPI", "pi-launcher.pi.ns.svc slots=2"),  # PRRTE strips it (prte_keep_fqdn_hostnames false)
+    # Hydra forks a local proxy only for the exact hostname; any other name of itself it ssh-es to
+    ("MPICH", "pi-launcher:2"),
+    ("Intel", "pi-launcher:2"),
+])
+def test_run_launcher_as_worker_names_the_launcher_as_its_mpi_finds_itself(impl, first):
+    job = job_of(workers=2, spec={"runLauncherAsWorker": True, "slotsPerWorker": 2, "mpiImplementation": impl})
+    lines = dz.hostfile(job, Config()).splitlines()
+    assert lines[0] == first and len(lines) == 3 and lines[1].startswith("pi-worker-0.pi.ns.svc")
+    assert dz.discover_hosts(job, [], Config()).splitlines()[1] == f"echo {first.split()[0].split(':')[0]}"
+
+
+@pytest.mark.parametrize(("impl", "var"), [("MPICH", "HYDRA_IFACE"), ("Intel", "I_MPI_HYDRA_IFACE"),
+                                           ("OpenMPI", None)])
+@pytest.mark.parametrize("host_network", [None, "Launcher", "Worker"])
+def test_hydra_dials_back_to_the_launcher_by_its_pod_address(impl, var, host_network):
+    """Hydra's proxies reach the launcher by the address of eth0, not its (retried, not yet in DNS)
+    name; not on the host network, whose interfaces have other names."""
+    job = job_of(spec={"mpiImplementation": impl})
+    if host_network:
+        job["spec"]["mpiReplicaSpecs"][host_network]["template"]["spec"]["hostNetwork"] = True
+    env = {e["name"]: e["value"] for e in dz.launcher_template(job, Config())["spec"]["containers"][0]["env"]}
+    ifaces = {k: v for k, v in env.items() if k.endswith("_IFACE")}
+    assert ifaces == ({var: "eth0"} if var and not host_network else {})
 
 
 def test_run_launcher_as_worker_and_cluster_domain():

@@ -16,6 +16,7 @@ from tests.unit.sim import (
     apply_plan,
     at,
     converge,
+    job_finished,
     mpijob,
     pod,
     run,
@@ -252,3 +253,72 @@ def test_a_name_the_last_apply_found_taken_is_reported_until_it_is_free():
 def test_not_running_since_for_the_stuck_job_alert(conds, suspended, expect):
     got = st.not_running_since({"conditions": conds}, suspended)
     assert (got.isoformat() if got else None) == expect
+
+
+# -- a launcher that exits 0 although a worker was lost (Open MPI 5) --------------------------------
+
+
+def _launcher_done(job, started: str, finished: str) -> dict:
+    return pod(job, "launcher", phase="Succeeded", startTime=started, containerStatuses=[
+        {"name": "launcher", "state": {"terminated": {"exitCode": 0, "finishedAt": finished}}}])
+
+
+def _worker_lost_then_launcher_exits_0(impl, backend, started="2025-01-01T12:00:00Z", lost_at=20,
+                                       finished="2025-01-01T12:00:21Z"):
+    """Running; worker 0 deleted at `lost_at` s (seen by the operator); then the launcher pod
+    started at `started` ends Succeeded at `finished` and its Job completes."""
+    job, obs = running_state(mpijob(spec={"mpiImplementation": impl}), backend)
+    deleting = copy.deepcopy(obs.pods)
+    deleting[1]["metadata"]["deletionTimestamp"] = st.fmt_time(at(lost_at))
+    obs = workers_ready(replace(obs, pods=deleting), 1)
+    job, obs = apply_plan(job, obs, run(job, obs, backend, now=at(lost_at)))
+    assert cond(job["status"], st.RESTARTING)["status"] == "True"
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when=finished, succeeded=1, active=0),
+                  pods=[_launcher_done(job, started, finished), *obs.pods[1:]])
+    return job, run(job, obs, backend, now=at(lost_at + 2))
+
+
+@pytest.mark.parametrize("backend", ["job", "statefulset"])
+def test_open_mpi_launcher_exiting_0_after_losing_a_worker_is_not_a_success(backend):
+    """Open MPI 5's mpirun exits 0 after losing a worker's daemon: the MPIJob says so (Failed,
+    WorkerLostDuringRun, a Warning naming spec.mpiImplementation) instead of Succeeded."""
+    _, p = _worker_lost_then_launcher_exits_0("OpenMPI", backend)
+    failed = cond(p.status, st.FAILED)
+    assert failed["status"] == "True" and failed["reason"] == "WorkerLostDuringRun", p.status
+    assert cond(p.status, st.SUCCEEDED) is None
+    assert any(e.type == "Warning" and "spec.mpiImplementation" in e.message for e in p.events), p.events
+
+
+def test_hydra_launcher_exiting_0_after_a_lost_worker_is_trusted():
+    """MPICH and Intel MPI fail on a lost host (the Job retries): an exit 0 is theirs to give."""
+    _, p = _worker_lost_then_launcher_exits_0("MPICH", "job")
+    assert cond(p.status, st.SUCCEEDED)["status"] == "True" and cond(p.status, st.FAILED) is None
+
+
+def test_a_retry_that_started_after_the_loss_succeeds():
+    """The loss was before this launcher pod started (a retry, 10 s or more later): a success."""
+    _, p = _worker_lost_then_launcher_exits_0("OpenMPI", "job", started="2025-01-01T12:00:35Z",
+                                              finished="2025-01-01T12:00:50Z", lost_at=20)
+    assert cond(p.status, st.SUCCEEDED)["status"] == "True" and cond(p.status, st.FAILED) is None
+
+
+def test_a_worker_pod_deleted_during_the_run_counts_without_the_restarting_condition():
+    """The operator never saw Restarting (both changes in one reconcile): the deleting worker pod,
+    deleted between the launcher pod's start and end, shows the loss."""
+    job, obs = running_state(mpijob(spec={"mpiImplementation": "OpenMPI"}), "statefulset")
+    pods = copy.deepcopy(obs.pods)
+    pods[1]["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:20Z"
+    done = "2025-01-01T12:00:21Z"
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when=done, succeeded=1, active=0),
+                  pods=[_launcher_done(job, "2025-01-01T12:00:00Z", done), *pods[1:]])
+    p = run(job, obs, "statefulset", now=at(22))
+    assert cond(p.status, st.FAILED)["reason"] == "WorkerLostDuringRun", p.status
+
+
+def test_an_open_mpi_success_without_a_loss_is_a_success():
+    job, obs = running_state(mpijob(spec={"mpiImplementation": "OpenMPI"}), "job")
+    done = "2025-01-01T12:00:21Z"
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when=done, succeeded=1, active=0),
+                  pods=[_launcher_done(job, "2025-01-01T12:00:00Z", done), *obs.pods[1:]])
+    p = run(job, obs, "job", now=at(22))
+    assert cond(p.status, st.SUCCEEDED)["status"] == "True" and cond(p.status, st.FAILED) is None

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs INSIDE the Debian chroot (as root, in a private mount namespace) to turn a debootstrap
-# minbase rootfs into the base of localhost/mpi-pi: Open MPI, an SSH server and client set up
+# minbase rootfs into the base of localhost/mpi-pi:<flavour>: its MPI, an SSH server and client set up
 # as the Kubeflow MPI Operator's images expect (kubeflow/mpi-operator build/base/Dockerfile):
 #   - sshd and ssh on port 2222; StrictHostKeyChecking no; UserKnownHostsFile /dev/null;
 #   - a non-root user mpiuser (uid/gid 1000) whose ~/.ssh is where the MPIJob's Secret is
@@ -51,15 +51,22 @@ EOF
 chown mpiuser:mpiuser /home/mpiuser/.sshd_config
 
 # Open MPI in pods: no CMA single copy (needs ptrace between ranks, which containers lack),
-# TCP only on the pod interface, and no prompting for an interactive login.
-cat >>/etc/openmpi/openmpi-mca-params.conf <<EOF
+# TCP only on the pod interface, and no prompting for an interactive login. Open MPI 5 renamed
+# the shared-memory BTL vader to sm.
+if [ -d /etc/openmpi ]; then
+  sm=vader
+  [ ! -x /usr/bin/prterun ] || sm=sm
+  cat >>/etc/openmpi/openmpi-mca-params.conf <<EOF
 
 # mpijob-operator: containers on a CNI bridge
-btl_vader_single_copy_mechanism = none
+btl_${sm}_single_copy_mechanism = none
 pml = ob1
-btl = self,vader,tcp
+btl = self,${sm},tcp
 btl_tcp_if_exclude = lo
 oob_tcp_if_exclude = lo
 EOF
+fi
+# Intel MPI from a wheel (build.sh put it in /opt/intel/mpi and its lib/ in ld.so.conf.d).
+ldconfig
 # Non-login ssh sessions (how orted is started) must find mpirun/orted: they are in /usr/bin.
 echo "image rootfs ready: $(du -sh --exclude=/proc --exclude=/sys / 2>/dev/null | cut -f1)"

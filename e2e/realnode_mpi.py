@@ -1,0 +1,154 @@
+"""Helpers for MPIJobs that really run on the real node with any of the MPI images
+(hack/images/build.sh: openmpi4, openmpi5, mpich, intel): the manifest, waiting, the launcher's
+output, the hostfile, and where the ranks ran."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.paths import ROOT
+
+MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
+# The image flavours and the mpiImplementation each one needs.
+IMPLEMENTATION = {"openmpi4": "OpenMPI", "openmpi5": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
+SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+_RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.M)
+
+
+def load_images(cluster_dir: Path, *flavours: str) -> dict[str, str]:
+    """flavour -> the image reference unique to its inputs, built if needed (cached) and imported into
+    the real node's containerd (hack/realnode/images.sh)."""
+    r = subprocess.run([str(ROOT / "hack" / "realnode" / "images.sh"), *flavours], capture_output=True,
+                       text=True, timeout=3600, env={**os.environ, "CLUSTER_DIR": str(cluster_dir)})
+    assert r.returncode == 0, f"hack/realnode/images.sh {' '.join(flavours)} failed:\n{r.stderr[-3000:]}"
+    refs = {line.split()[0]: line.split()[1] for line in r.stdout.splitlines() if line.strip()}
+    assert set(flavours) <= set(refs), r.stdout
+    return refs
+
+
+def mpijob(name: str, flavour: str, image: str, *, args: list[str], launcher_as_worker: bool = False,
+           workers: int = 2, slots: int = 2, backoff: int = 0, worker_command: list[str] | None = None,
+           policy: str | None = None) -> dict:
+    """hack/realnode/pi-mpijob.yaml with the flavour's image and mpiImplementation, and the launcher's
+    `args` (after the image's ENTRYPOINT, which waits until the hostfile's names resolve)."""
+    job = copy.deepcopy(yaml.safe_load(MANIFEST.read_text()))
+    job["metadata"]["name"] = name
+    spec = job["spec"]
+    spec["mpiImplementation"] = IMPLEMENTATION[flavour]
+    spec["slotsPerWorker"] = slots
+    spec["runPolicy"]["backoffLimit"] = backoff
+    if launcher_as_worker:
+        spec["runLauncherAsWorker"] = True
+    if policy:
+        spec["launcherCreationPolicy"] = policy
+    spec["mpiReplicaSpecs"]["Worker"]["replicas"] = workers
+    for rtype in ("Launcher", "Worker"):
+        c = spec["mpiReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]
+        c["image"] = image
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["args"] = args
+    if worker_command is not None:
+        w = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        w["command"] = worker_command
+        w.pop("args", None)
+    return job
+
+
+def apply(kubectl: Callable, ns: str, obj: dict) -> None:
+    kubectl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(obj))
+
+
+def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, str]:
+    r = kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json", check=False)
+    if r.returncode != 0:
+        return {}
+    return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
+
+
+def condition(kubectl: Callable, ns: str, name: str, ctype: str) -> dict:
+    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
+
+
+def mpijob_events(kubectl: Callable, ns: str, name: str) -> list[dict]:
+    r = kubectl("-n", ns, "get", "events", "-o", "json", "--field-selector",
+                f"involvedObject.kind=MPIJob,involvedObject.name={name}")
+    return json.loads(r.stdout)["items"]
+
+
+def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    c: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        c = conditions(kubectl, ns, name)
+        if c.get("Succeeded") == "True":
+            return "Succeeded"
+        if c.get("Failed") == "True":
+            return "Failed"
+        time.sleep(0.5)
+    pods_ = kubectl("-n", ns, "get", "pods", "-o", "wide", check=False).stdout
+    raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {c}\n{pods_}")
+
+
+def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
+    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}", "-o", "json")
+    return json.loads(r.stdout)["items"]
+
+
+def launcher_logs(kubectl: Callable, ns: str, name: str) -> str:
+    """The output of every launcher pod (attempt) of the MPIJob, oldest first."""
+    ps = sorted(pods(kubectl, ns, name, "launcher"), key=lambda p: p["metadata"]["creationTimestamp"])
+    return "\n".join(kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout for p in ps)
+
+
+def wait_launcher_running(kubectl: Callable, ns: str, name: str, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [p for p in pods(kubectl, ns, name, "launcher") if p["status"].get("phase") == "Running"
+                   and not p["metadata"].get("deletionTimestamp")]
+        if running:
+            return running[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no launcher of {ns}/{name} Running after {timeout}s")
+
+
+def ready_workers(kubectl: Callable, ns: str, name: str) -> list[dict]:
+    return [p for p in pods(kubectl, ns, name, "worker")
+            if not p["metadata"].get("deletionTimestamp")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+
+
+def hostfile_hosts(kubectl: Callable, ns: str, name: str) -> list[str]:
+    """The hostfile's host names (`host slots=N` or `host:N`), as the operator wrote them."""
+    cm = json.loads(kubectl("-n", ns, "get", "configmap", f"{name}-config", "-o", "json").stdout)
+    lines = [ln.split()[0] for ln in cm["data"]["hostfile"].splitlines() if ln.strip()]
+    return [ln.split(":")[0] for ln in lines]
+
+
+def rank_hosts(output: str) -> dict[int, str]:
+    """rank -> the host it reported (`rank r of N on HOST`, printed by rank 0 of /opt/pi or pi.py),
+    from the last run in `output`."""
+    found: dict[int, str] = {}
+    for m in _RANK.finditer(output):
+        found[int(m.group(1))] = m.group(3)
+    return found
+
+
+def placement(output: str) -> Counter:
+    """Ranks per host (short names) of the run in `output`."""
+    return Counter(h.split(".")[0] for h in rank_hosts(output).values())
+
+
+def short(host: str) -> str:
+    return host.split(".")[0]
