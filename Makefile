@@ -48,13 +48,13 @@ kueue: ## build Kueue for e2e/test_kueue.py (hack/build-kueue.sh: cold 8-9 min, 
 	@echo ">> kueue (hack/build-kueue.sh)"
 	hack/build-kueue.sh >/dev/null
 
-mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (hack/images/build.sh mpis: cold ~7 min, cached after)
+mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (hack/images/build.sh mpis: cold ~8.5 min, cached after)
 	@if [ "$$(id -u)" = 0 ]; then echo ">> MPI images (hack/images/build.sh mpis)"; hack/images/build.sh mpis >/dev/null; \
 	else echo ">> MPI images: skipped (building them needs root, as the real node does)"; fi
 
 # The whole MPI matrix (implementation x backend x runLauncherAsWorker, failure paths and discovery
-# on both backends: ~25 min) is `make e2e-mpis`; `make test` and `make e2e` run a cross-section of it
-# (every MPI, both backends, runLauncherAsWorker) and deselect the rest (marker mpi_matrix).
+# on both backends: ~20 min) is `make e2e-mpis`; `make test` and `make e2e` run a cross-section of it
+# (every MPI, both backends, runLauncherAsWorker, ~5 min) and deselect the rest (marker mpi_matrix).
 MATRIX ?= -m "not mpi_matrix"
 
 # Kueue and the MPI images are built before pytest starts, so a cold build is never inside a test's

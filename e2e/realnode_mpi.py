@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from reconcilers.names import JOB_NAME_LABEL as JOB_NAME
+from reconcilers.names import JOB_ROLE_LABEL as ROLE
 from testsupport.paths import ROOT
 
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -102,7 +103,7 @@ def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
 
 
 def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}", "-o", "json")
+    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
     return json.loads(r.stdout)["items"]
 
 

@@ -6,8 +6,8 @@ Pure functions over a JobContext (what is observed) and a Draft (what is being d
   until the spec changes; transient -> Blocked=True while it lasts.
 - `name_clash`: Failed/ResourceExists while an object not ours holds one of our names (no
   completionTime, so no TTL), cleared once the name is free.
-- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; an Open MPI launcher
-  that exited 0 although a worker was lost during its run is Failed/WorkerLostDuringRun.
+- `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; Failed/WorkerLostDuringRun
+  for an Open MPI launcher that exited 0 although a worker was lost while it ran.
 - `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
 - `ttl`: ttlSecondsAfterFinished from status.completionTime.
 One Event per transition, never per reconcile.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconcilers import desired, refusal, status
+from reconcilers import refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
@@ -67,12 +67,6 @@ def name_clash(draft: Draft, clash: str | None) -> None:
         draft.event("Warning", status.R_RESOURCE_EXISTS, clash)
 
 
-# Why Restarting is set when a worker pod ended or is not Ready while the MPIJob runs.
-WORKER_LOST_WHY = "a worker failed or was lost"
-# Failed reason: the launcher exited 0 although a worker was lost during its run (Open MPI 5).
-R_WORKER_LOST = "WorkerLostDuringRun"
-
-
 def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if not ctx.owned(ctx.launcher):
         return
@@ -82,7 +76,7 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     kind, reason, message, when = outcome
     lost = worker_lost_during_run(ctx, draft) if kind == status.SUCCEEDED else None
     if lost:
-        draft.fail(R_WORKER_LOST, (
+        draft.fail(status.R_WORKER_LOST, (
             f"MPIJob {ctx.key}: the launcher exited 0, but {lost} while it ran, so ranks may never have "
             "finished: Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher "
             "Job cannot retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not "
@@ -100,12 +94,17 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     not_running_if_never_ran(draft, when)
 
 
+def _finished_at(pod: dict) -> list:
+    return [status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+
+
 def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
-    """What shows that a worker was lost while the launcher ran, for a launcher that Succeeded
-    (docs/architecture.md section 9): the Restarting condition a worker loss set (Running, which
-    clears it, needs the launcher still running), or a worker pod deleted or ended between the
-    launcher pod's start and its end. Only an MPI whose mpirun exits 0 after losing a host gets
-    here: the others' launcher fails, and the Job retries it."""
+    """What shows that a worker was lost while the launcher pod that Succeeded ran
+    (docs/architecture.md section 9): the Restarting condition a worker loss set at or after that
+    pod's start, the worker Job created anew during its run, or a worker pod deleted or ended
+    between the pod's start and its end. Only an MPI whose mpirun exits 0 after
+    losing a host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
     if ctx.spec.get("mpiImplementation") != "OpenMPI":
         return None
     done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
@@ -113,23 +112,25 @@ def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
         return None
     pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
     started = status.parse_time((pod.get("status") or {}).get("startTime"))
-    ended = [status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-             for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
-    finished = max((t for t in ended if t), default=None)
+    finished = max((t for t in _finished_at(pod) if t), default=None)
     if started is None or finished is None:
         return None
     # A loss before this pod started (a retry's, which the Job delays by 10 s or more) is not its.
     restarting = status.get_condition(draft.old_status, status.RESTARTING) or {}
     lost_at = status.parse_time(restarting.get("lastTransitionTime"))
-    if (restarting.get("status") == "True" and WORKER_LOST_WHY in (restarting.get("message") or "")
+    if (restarting.get("status") == "True" and status.WORKER_LOST_WHY in (restarting.get("message") or "")
             and lost_at is not None and started <= lost_at):
         return "a worker was lost"
+    # The Job backend recreates its worker Job to bring a lost worker back: the launcher can outlive
+    # the loss by a second or two, long enough for Running (which clears Restarting) to come back.
+    created = status.parse_time(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp"))
+    if created is not None and started < created <= finished:
+        return "the workers were recreated (a worker was lost)"
     for w in ctx.pods.workers:
-        gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp"))] + [
-            status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for cs in (w.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+        gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp")), *_finished_at(w)]
         if any(t is not None and started < t <= finished for t in gone):
-            return f"worker {desired.pod_hostname(w)} was lost"
+            host = (w.get("spec") or {}).get("hostname") or (w.get("metadata") or {}).get("name", "?")
+            return f"worker {host} was lost"
     return None
 
 

@@ -148,7 +148,7 @@ def _active(ctx: JobContext, draft: Draft) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry or worker_failed or worker_lost:
         why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-               else outcome.WORKER_LOST_WHY)
+               else status.WORKER_LOST_WHY)
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)

@@ -11,19 +11,19 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
-# shellcheck source=hack/realnode/lib.sh
-source "$here/lib.sh"
-[ $# -gt 0 ] || rdie "usage: $0 openmpi4|openmpi5|mpich|intel|mpis..."
-ctr --address "$SOCK" version >/dev/null 2>&1 || rdie "the real node's containerd ($SOCK) is not running: hack/realnode/up.sh"
+# shellcheck source=hack/lib/realnode.sh
+source "$here/../lib/realnode.sh"
+[ $# -gt 0 ] || die "usage: $0 openmpi4|openmpi5|mpich|intel|mpis..."
+ctr --address "$SOCK" version >/dev/null 2>&1 || die "the real node's containerd ($SOCK) is not running: hack/realnode/up.sh"
 have=$(ctr_k8s images ls -q 2>/dev/null || true)
 for want in "$@"; do
   while read -r name tarball refs; do
     [ -n "$name" ] || continue
     first=${refs%% *}
     if ! grep -qxF "$first" <<<"$have"; then
-      rlog "importing $first ($(du -h "$tarball" | cut -f1))"
+      log "importing $first ($(du -h "$tarball" | cut -f1))"
       ctr_k8s images import "$tarball" >/dev/null
-      ctr_k8s images ls -q | grep -qxF "$first" || rdie "importing $tarball did not give $first"
+      ctr_k8s images ls -q | grep -qxF "$first" || die "importing $tarball did not give $first"
     fi
     echo "${name#mpi-pi-} $refs"
   done < <("$here/../images/build.sh" "$want" | grep '^mpi-pi-')
