@@ -32,6 +32,7 @@ from controller.config import Options
 from controller.executor import Executor
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
+from testsupport.builders import refuse_jobs_policy
 from testsupport.paths import CLUSTER_DIR
 
 N = int(os.environ.get("BENCH_BLOCKED", "500"))
@@ -76,20 +77,7 @@ def time_to_running(client: RestClient, ns: str, name: str) -> float:
 
 def block_policy(ns: str) -> str:
     name = f"bench-block-{ns}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                                                         "operations": ["CREATE"], "resources": ["jobs"]}]},
-                 "validations": [{"expression": "!object.metadata.name.startsWith('blocked-')",
-                                  "message": "blocked by the benchmark's admission policy", "reason": "Forbidden"}]}}
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+    kubectl("apply", "-f", "-", input=json.dumps(refuse_jobs_policy(name, ns, "the benchmark")))
     time.sleep(3)  # the policy is enforced within a second or two
     return name
 

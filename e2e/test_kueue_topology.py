@@ -48,8 +48,7 @@ from kueue_fixtures import (
 )
 
 from testsupport.builders import simulated_mpijob
-from testsupport.kubectl import apply, items, wait_condition
-from testsupport.paths import ROOT
+from testsupport.kubectl import apply, install_replica_index_policy, items, wait_condition
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -74,20 +73,7 @@ class Tas:
 
 @pytest.fixture(scope="module")
 def replica_index_policy(kubectl) -> None:
-    """manifests/admission's policies, as `make deploy` installs them (cluster-wide, idempotent),
-    and in effect: a dry-run worker pod comes back with its replica-index label."""
-    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "manifests" / "admission"))
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "replica-index-probe", "namespace": "default", "labels": {
-                 "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-role": "worker",
-                 "batch.kubernetes.io/job-completion-index": "2"}},
-             "spec": {"containers": [{"name": "c", "image": "x"}]}}
-
-    def effective() -> bool:
-        r = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe), check=False)
-        return r.returncode == 0 and json.loads(r.stdout)["metadata"]["labels"].get(REPLICA_INDEX) == "2"
-
-    wait_until(effective, timeout=60, what="the replica-index policy in effect")
+    install_replica_index_policy(kubectl)
 
 
 @pytest.fixture(scope="module")

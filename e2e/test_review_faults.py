@@ -28,6 +28,7 @@ from controller.executor import Executor
 from informers import reflector as reflector_mod
 from informers.factory import InformerFactory
 from reconcilers import predecessor
+from testsupport.builders import refuse_jobs_policy
 from testsupport.builders import simulated_mpijob as mpijob
 from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, wait_condition
 from testsupport.waiting import wait_until
@@ -142,21 +143,7 @@ def refuse_blocked_jobs(kubectl, namespace) -> Iterator[str]:
     """A ValidatingAdmissionPolicy (what a webhook that refuses would do) that forbids Jobs named
     blocked-* in this namespace only: 403 Forbidden, a transient refusal (Blocked, retried)."""
     name = f"issue24-block-{namespace}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                                                         "operations": ["CREATE"], "resources": ["jobs"]}]},
-                 "validations": [{"expression": "!object.metadata.name.startsWith('blocked-')",
-                                  "message": "blocked by the test's admission policy", "reason": "Forbidden"}]}}
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {
-                     "kubernetes.io/metadata.name": namespace}}}}}
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+    kubectl("apply", "-f", "-", input=json.dumps(refuse_jobs_policy(name, namespace, "the test")))
     probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "blocked-probe"},
              "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
     # The policy takes a moment to be enforced.
