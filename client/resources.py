@@ -1,9 +1,12 @@
-"""The API resources the operator reads and writes, and their REST paths."""
+"""The API resources the operator reads and writes, and their REST paths. The group and version of
+each kind the planner builds are the planner's own constants (reconcilers/), one fact in one place."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import quote
+
+from reconcilers import names, podgroup, workload_gang
 
 
 @dataclass(frozen=True)
@@ -13,6 +16,11 @@ class Resource:
     plural: str
     kind: str
     namespaced: bool = True
+
+    @classmethod
+    def of(cls, api_version: str, plural: str, kind: str) -> Resource:
+        group, _, version = api_version.rpartition("/")
+        return cls(group, version, plural, kind)
 
     @property
     def api_version(self) -> str:
@@ -45,13 +53,16 @@ SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 JOBS = Resource("batch", "v1", "jobs", "Job")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
+MPIJOBS = Resource.of(names.API_VERSION, "mpijobs", names.KIND)
 # Gang scheduling (--gang-scheduling): scheduler-plugins' and Volcano's PodGroups.
-PODGROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
-VOLCANO_PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+PODGROUPS = Resource.of(podgroup.SCHEDULER_PLUGINS_API, "podgroups", podgroup.KIND)
+VOLCANO_PODGROUPS = Resource.of(podgroup.VOLCANO_API, "podgroups", podgroup.KIND)
+# --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/workload_gang.py).
+WORKLOADS = Resource.of(workload_gang.API, "workloads", workload_gang.WORKLOAD_KIND)
+WORKLOAD_PODGROUPS = Resource.of(workload_gang.API, "podgroups", podgroup.KIND)
 
 ALL = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES, SERVICEACCOUNTS, JOBS, STATEFULSETS, LEASES,
-       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS)
+       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS, WORKLOADS, WORKLOAD_PODGROUPS)
 _BY_GVK = {(r.api_version, r.kind): r for r in ALL}
 
 

@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -153,9 +153,17 @@ class RestClient:
         api.user_agent = "mpijob-operator/0.1"
         return cls(api, qps=qps, burst=burst)
 
+    def with_own_limiter(self, qps: float, burst: int) -> RestClient:
+        """A client on the same configuration and connection pool with a token bucket of its own:
+        leader election renews through one, so that reconciles that use up the controller's bucket
+        never delay a renewal (docs/architecture.md section 3.2)."""
+        return RestClient(self.api_client, qps=qps, burst=burst)
+
     def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
-              timeout: Any) -> urllib3.BaseHTTPResponse:
+              timeout: Any, guard: Callable[[], None] | None = None) -> urllib3.BaseHTTPResponse:
         self.limiter.take()
+        if guard is not None:  # after the throttle: what held when the call was made may not hold now
+            guard()
         headers = {"Accept": "application/json", "User-Agent": self.api_client.user_agent, **self._auth_headers()}
         data = None
         if body is not None:
@@ -181,10 +189,12 @@ class RestClient:
         return raw
 
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
-                content_type: str = "application/json", timeout: float = 30) -> dict:
+                content_type: str = "application/json", timeout: float = 30,
+                guard: Callable[[], None] | None = None) -> dict:
         """One API call; returns the decoded JSON body ({} when empty). Raises ApiError on a non-2xx
-        answer; connection errors (urllib3) propagate as they are."""
-        data = _body(self._send(method.upper(), path, query, body, content_type, timeout))
+        answer; connection errors (urllib3) propagate as they are. `guard` is called once the client's
+        throttle lets the call go, just before it is sent; what it raises aborts the call."""
+        data = _body(self._send(method.upper(), path, query, body, content_type, timeout, guard))
         return json.loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:

@@ -13,16 +13,19 @@ import threading
 import time
 
 from client.errors import ApiError
-from client.resources import MPIJOBS
+from client.resources import MPIJOBS, WORKLOAD_PODGROUPS, WORKLOADS
 from client.rest import RestClient
 from controller import config, health, logs
 from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
+from reconcilers import workload_gang
 
 log = logs.get("main")
 COMPONENT = "mpi-operator"
+# Leader election's own token bucket: a renewal is a GET and a PUT every retry period (2 s).
+LEASE_QPS, LEASE_BURST = 5.0, 10
 
 
 def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
@@ -45,6 +48,40 @@ def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
         stop.wait(5)
 
 
+def lease_client(client: RestClient) -> RestClient:
+    """The client leader election renews through: the controller's connection settings, a token
+    bucket of its own (controller/leader.py)."""
+    return client.with_own_limiter(LEASE_QPS, LEASE_BURST)
+
+
+def _workload_api_missing(client: RestClient, stop: threading.Event) -> str:
+    """With --gang-scheduling=workload: "" when the API server serves the Workload API, else why not
+    (an error line now, and a condition on every MPIJob). Asked once, at start-up: the API server serves
+    it only with a feature gate and a --runtime-config of its own, which change only with a restart."""
+    path = f"/apis/{WORKLOADS.group}/{WORKLOADS.version}"
+    while not stop.is_set():
+        try:
+            served = {r.get("name") for r in client.request("GET", path, timeout=10).get("resources") or []}
+        except ApiError as e:
+            if e.status != 404:
+                log.warning("cannot read the API server's discovery; retrying", path=path, error=str(e))
+                stop.wait(5)
+                continue
+            served = set()  # the group version is not served at all
+        except Exception as e:
+            log.warning("API server unreachable; retrying", error=str(e))
+            stop.wait(5)
+            continue
+        missing = [r.plural for r in (WORKLOADS, WORKLOAD_PODGROUPS) if r.plural not in served]
+        if not missing:
+            return ""
+        why = workload_gang.unavailable_message(missing)
+        log.error("gang scheduling is unavailable: no MPIJob starts; each one says so in its WaitingForGang "
+                  "condition", reason=why)
+        return why
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = config.parse(argv)
     logs.setup(opts.log_format, opts.log_level)
@@ -59,18 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         log.info("upstream logging flags accepted and ignored: logs always go to stderr",
                  flags=" ".join(opts.ignored_flags))
     elector = (
-        LeaderElector(client, opts.leader_election_namespace, opts.leader_election_id, opts.identity)
+        LeaderElector(lease_client(client), opts.leader_election_namespace, opts.leader_election_id,
+                      opts.identity)
         if opts.leader_elect else None
     )
     executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
     factory = InformerFactory(client, namespace=opts.namespace)
-    ctrl = MPIJobController(opts, factory, executor)
+    unavailable = _workload_api_missing(client, stop) if opts.gang_scheduling == workload_gang.MODE else ""
+    ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable)
 
     synced = threading.Event()
     ports = health.Servers().start(
         config.split_bind(opts.metrics_bind_address),
         config.split_bind(opts.health_probe_bind_address),
-        healthz=lambda: (True, "ok"),
+        healthz=ctrl.healthy,
         readyz=lambda: (synced.is_set(), "ok" if synced.is_set() else "informer caches not synced"),
     )
     log.info("starting", version=config._version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
@@ -99,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.error("leader election lost; exiting")
                 os._exit(1)
 
-        elector.run(on_started=ctrl.run_workers, on_stopped=lost, stop=stop)
+        # Workers stopped (every write of ours landed) before the Lease is released.
+        elector.run(on_started=ctrl.run_workers, on_stopped=lost, stop=stop, before_release=ctrl.shutdown)
     log.info("shutting down")
     ctrl.shutdown()
     factory.stop()

@@ -92,8 +92,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-burst", "--controller-queue-burst", type=_positive_int, default=100)
     upstream_flags.add_flags(p)
     p.add_argument("--gang-scheduling", default="",
-                   help="gang-schedule each MPIJob through a PodGroup: 'volcano', or the schedulerName of a "
-                   "scheduler-plugins Coscheduling scheduler (default: off)")
+                   help="gang-schedule each MPIJob through a PodGroup: 'workload' (Kubernetes' own Workload API, "
+                   "the default kube-scheduler; Kubernetes >= 1.37 with the GenericWorkload gate), 'volcano', or the "
+                   "schedulerName of a scheduler-plugins Coscheduling scheduler (default: off)")
     return p
 
 

@@ -2,8 +2,11 @@
 
 Transient failures (409 Conflict, 429, 5xx, dropped connections) are retried with tenacity;
 a create that meets AlreadyExists, a delete that meets NotFound, or a delete whose uid
-precondition fails, count as done (a stale cache or a racing replica already did it). Anything
-else is raised, and the work queue retries the MPIJob with backoff.
+precondition fails, count as done (a stale cache or a racing replica already did it). A write the
+API server refuses ends the apply and comes back in `Result.refused` (with what was written before
+it), so the controller reports it against the very MPIJob it planned for. A patch that meets
+NotFound raises ObjectGone (the object was deleted meanwhile: a race, not a refusal). Anything else
+is raised, and the work queue retries the MPIJob with backoff.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ class ForeignObject(Exception):
 class PredecessorChild(Exception):
     """A child's name is held by the child of a deleted MPIJob of the same name (another uid), which
     the garbage collector is removing: not a clash, wait for it."""
+
+
+class ObjectGone(Exception):
+    """A patched object was gone (404): deleted since the cache showed it. The next reconcile, from a
+    cache that shows the delete, plans from there; nothing to report (docs/architecture.md section 3.2)."""
 
 
 class Refused(ApiError):
@@ -99,6 +107,7 @@ class Result:
     gone: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
     mpijob: dict | None = None  # the MPIJob as the status write returned it
     warnings: list[Event] = field(default_factory=list)
+    refused: Refused | None = None  # the write the API server refused; nothing after it was sent
 
 
 class Executor:
@@ -107,15 +116,23 @@ class Executor:
         self.component, self.instance = component, instance
 
     def _call(self, method: str, path: str, **kw) -> dict:
-        def attempt() -> dict:  # the leader guard holds for every attempt, retries included
+        def guard() -> None:
             if not self.is_leader():
                 raise NotLeader(f"{method} {path}")
-            return self.client.request(method, path, **kw)
 
-        return RETRYING(attempt)
+        # The leader guard holds for every attempt, retries included, and is checked after the
+        # client's throttle: a write that waited for a token goes out only if we still lead.
+        return RETRYING(lambda: self.client.request(method, path, guard=guard, **kw))
 
     def apply(self, mpijob: dict, plan: Plan) -> Result:
         res = Result()
+        try:
+            self._apply(mpijob, plan, res)
+        except Refused as e:
+            res.refused = e
+        return res
+
+    def _apply(self, mpijob: dict, plan: Plan, res: Result) -> None:
         for c in plan.creates:
             self._create(mpijob, c, res)
         for p in plan.patches:
@@ -128,9 +145,8 @@ class Executor:
             self.event(mpijob, ev)
         if plan.delete_mpijob:
             meta = mpijob["metadata"]
-            self._delete(Delete(Ref("kubeflow.org/v2beta1", "MPIJob", meta["namespace"], meta["name"]),
+            self._delete(Delete(Ref(MPIJOBS.api_version, MPIJOBS.kind, meta["namespace"], meta["name"]),
                                 uid=meta.get("uid"), reason="ttlSecondsAfterFinished"), res)
-        return res
 
     def _create(self, mpijob: dict, c: Create, res: Result) -> None:
         obj = c.obj
@@ -207,6 +223,8 @@ class Executor:
         try:
             out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch, content_type=MERGE_PATCH)
         except ApiError as e:
+            if e.status == 404:
+                raise ObjectGone(f"{p.ref.kind} {p.ref.namespace}/{p.ref.name} is gone") from e
             raise Refused(e, "patch", p.ref.kind, p.ref.name) from e
         log.info("patched", kind=p.ref.kind, name=p.ref.name, why=p.reason)
         res.written[(r.plural, p.ref.namespace, p.ref.name)] = out["metadata"]["resourceVersion"]
@@ -233,8 +251,13 @@ class Executor:
         # Only the operator writes status, and expectations keep the cached copy current, so the
         # patch from it also clears what the new status dropped (a merge patch replaces lists whole).
         patch = merge_patch(mpijob.get("status") or {}, status)
-        out = self._call("PATCH", MPIJOBS.path(meta["namespace"], meta["name"], "status"),
-                         body={"status": patch}, content_type=MERGE_PATCH)
+        try:
+            out = self._call("PATCH", MPIJOBS.path(meta["namespace"], meta["name"], "status"),
+                             body={"status": patch}, content_type=MERGE_PATCH)
+        except ApiError as e:
+            if e.status == 404:
+                raise ObjectGone(f"MPIJob {meta['namespace']}/{meta['name']} is gone") from e
+            raise
         res.mpijob = out
         res.written[(MPIJOBS.plural, meta["namespace"], meta["name"])] = out["metadata"]["resourceVersion"]
 
@@ -247,7 +270,7 @@ class Executor:
             "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
             "involvedObject": {
-                "apiVersion": mpijob.get("apiVersion", "kubeflow.org/v2beta1"),
+                "apiVersion": mpijob.get("apiVersion", MPIJOBS.api_version),
                 "kind": "MPIJob",
                 "namespace": meta["namespace"],
                 "name": meta["name"],

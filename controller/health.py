@@ -1,8 +1,10 @@
-"""HTTP endpoints: /metrics (Prometheus text format), /healthz (process alive) and /readyz
-(informer caches synced). Served by a small threaded server per bind address."""
+"""HTTP endpoints: /metrics (Prometheus text format), /healthz (the process can do its job: its
+informers run and no worker is hung, MPIJobController.healthy) and /readyz (informer caches synced).
+Served by a small threaded server per bind address (an IPv6 one too: the pod's IP may be one)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +43,10 @@ def _metrics() -> tuple[int, str, bytes]:
     return 200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class Servers:
     """Starts one server per distinct address; metrics and probes may share one."""
 
@@ -48,7 +54,9 @@ class Servers:
         self._servers: list[ThreadingHTTPServer] = []
 
     def serve(self, address: tuple[str, int], routes: dict) -> int:
-        srv = ThreadingHTTPServer(address, _handler(routes))
+        host = address[0].strip("[]")
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        srv = server_class((host, address[1]), _handler(routes))
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, name=f"http-{address[1]}", daemon=True).start()
         self._servers.append(srv)

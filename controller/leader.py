@@ -5,7 +5,9 @@ only after they have seen the same holder record unchanged for `lease_duration` 
 monotonic clock (clocks of different machines are never compared). A leader that cannot renew
 within `renew_deadline` stops leading at once: `is_leader()` turns false before the Lease can be
 taken by anyone else (renew_deadline < lease_duration), and the executor checks it before every
-write.
+write, once the client's throttle let the write go. The elector talks through a client of its own
+(RestClient.with_own_limiter), so reconciles that use up the controller's token bucket never delay
+a renewal (docs/architecture.md section 3.2).
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ class LeaderElector:
         with self._lock:
             return self._renewed_at is not None and self._clock() - self._renewed_at < self.renew_deadline
 
-    def run(self, on_started: Callable[[], None], on_stopped: Callable[[], None], stop: threading.Event) -> None:
-        """Blocks: campaigns until elected, calls on_started, renews until lost, calls on_stopped."""
+    def run(self, on_started: Callable[[], None], on_stopped: Callable[[], None], stop: threading.Event,
+            before_release: Callable[[], bool] | None = None) -> None:
+        """Blocks: campaigns until elected, calls on_started, renews until lost, calls on_stopped.
+        On a clean stop, `before_release` stops the work (the workers) first; the Lease is given up
+        only once it returns True (nothing of ours in flight), else left to expire: a write still
+        in flight must not land after the standby took over."""
         while not stop.is_set() and not self._try_acquire_or_renew():
             stop.wait(self.retry_period)
         if stop.is_set():
@@ -75,8 +81,10 @@ class LeaderElector:
         metrics.is_leader.set(0)
         if lost:
             log.error("lost the leader Lease; stopping", lease=f"{self.namespace}/{self.name}")
-        else:
+        elif before_release is None or before_release():
             self._release()
+        else:
+            log.warning("work still in flight: the Lease is left to expire, not released")
         on_stopped()
 
     def _path(self, name: str | None = None) -> str:
@@ -100,7 +108,7 @@ class LeaderElector:
                 log.warning("reading the Lease failed", error=str(e))
                 return False
             body = {
-                "apiVersion": "coordination.k8s.io/v1",
+                "apiVersion": LEASES.api_version,
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._record(now, _micro_time(now), 0),

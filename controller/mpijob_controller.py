@@ -26,17 +26,20 @@ from client.resources import (
     SERVICES,
     STATEFULSETS,
     VOLCANO_PODGROUPS,
+    WORKLOAD_PODGROUPS,
+    WORKLOADS,
 )
 from controller import logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, Refused
+from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild, Refused, Result
 from controller.expectations import Expectations
+from controller.job_memory import JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
 from informers.reflector import CONNECTION_ERRORS
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
-from informers.transforms import slim_pod, strip_managed_fields
-from reconcilers import names
+from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
+from reconcilers import names, workload_gang
 from reconcilers import pace as pc
 from reconcilers import refusal as rf
 from reconcilers import status as rst
@@ -47,7 +50,12 @@ log = logs.get("controller")
 OPERATOR_SELECTOR = f"{names.OPERATOR_NAME_LABEL}={names.OPERATOR_NAME}"
 POD_INDEX = "mpijob"
 TAKEN_RECHECK_SECONDS = 5.0  # how often a name taken by a foreign object is looked at again
-REFUSAL_RETRY_MAX = 10.0  # seconds: the longest wait before retrying a write refused for a while
+# seconds: the longest per-MPIJob backoff before retrying a write refused for a while; the work
+# queue's overall bucket still applies (so 500 blocked MPIJobs retry at --queue-qps, not 50/s).
+REFUSAL_RETRY_MAX = 10.0
+# A reconcile running longer than this is hung (a reconcile takes milliseconds; the executor's
+# retries and timeouts bound a slow API server to a few minutes): /healthz fails, the kubelet restarts us.
+WORKER_HANG_SECONDS = 600.0
 # A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
 # one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
 # (a Job's status, from which Running is read) still reconcile at once (docs/architecture.md section 3.1).
@@ -82,6 +90,7 @@ class MPIJobController:
         executor: Executor,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         keygen: Callable = sshkeys.generate,
+        gang_unavailable: str = "",
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -89,56 +98,55 @@ class MPIJobController:
             cluster_domain=opts.cluster_domain,
             controller_name=opts.controller_name,
             gang_scheduler=opts.gang_scheduling,
+            # why the gang's API is not served (found at start-up, controller/__main__.py), or ""
+            gang_unavailable=gang_unavailable,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
         )
         self.expectations = Expectations()
-        # key -> (message, API path) of a child's name taken by an object we do not control.
-        self._taken: dict[str, tuple[str, str]] = {}
-        # The last refused write of a child per MPIJob key (reconcilers/refusal.py); a key is worked by
-        # one thread at a time, and only that thread reads or writes its entry.
-        self.refusals: dict[str, rf.Refusal] = {}
-        # key -> when its pods last moved and since when its minor writes are held (reconcilers/pace.py).
-        # Written by the pod informer's thread and the key's worker: the lock keeps each entry whole.
-        self._pace: dict[str, pc.Pace] = {}
-        self._pace_lock = threading.Lock()
+        # Everything remembered of one MPIJob (uid) between reconciles, forgotten in one place
+        # (controller/job_memory.py): refusals, a taken name, the pods' pace, expectations, series.
+        self.memory = JobMemories(self.expectations)
+        # Set once the workers run (this replica leads): a standby neither queues nor remembers
+        # anything, and its takeover queues every cached MPIJob (docs/architecture.md section 3.2).
+        self._active = False
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
-        self.jobs = factory.informer_for(JOBS, label_selector=OPERATOR_SELECTOR, transform=strip_managed_fields)
+        # The children's informers: our labels only, each store by its resource's plural (observed()).
+        self.stores = {MPIJOBS.plural: self.mpijobs.store}
+
+        def child(resource, transform=strip_managed_fields):
+            inf = factory.informer_for(resource, label_selector=OPERATOR_SELECTOR, transform=transform)
+            self.stores[resource.plural] = inf.store
+            return inf
+
+        self.jobs = child(JOBS)
         # Both worker kinds, whatever --worker-backend says: an MPIJob keeps the backend it started
         # with (reconcilers/backend.py), so a restart with the other flag must still see its workers.
-        self.statefulsets = factory.informer_for(STATEFULSETS, label_selector=OPERATOR_SELECTOR,
-                                                 transform=strip_managed_fields)
-        self.services = factory.informer_for(SERVICES, label_selector=OPERATOR_SELECTOR,
-                                             transform=strip_managed_fields)
-        self.config_maps = factory.informer_for(CONFIGMAPS, label_selector=OPERATOR_SELECTOR,
-                                                transform=strip_managed_fields)
-        self.secrets = factory.informer_for(SECRETS, label_selector=OPERATOR_SELECTOR,
-                                            transform=strip_managed_fields)
-        self.pods = factory.informer_for(PODS, label_selector=OPERATOR_SELECTOR, transform=slim_pod)
+        self.statefulsets = child(STATEFULSETS)
+        self.services = child(SERVICES)
+        self.config_maps = child(CONFIGMAPS)
+        # Without the keys' values: the plan only needs to know the Secret exists, is ours and has
+        # both keys, and no private key of the cluster should sit in this process's memory.
+        self.secrets = child(SECRETS, strip_secret_data)
+        self.pods = child(PODS, slim_pod)
         self.pods.add_indexers({POD_INDEX: _pod_owner})
-        self.stores = {
-            MPIJOBS.plural: self.mpijobs.store,
-            JOBS.plural: self.jobs.store,
-            SERVICES.plural: self.services.store,
-            CONFIGMAPS.plural: self.config_maps.store,
-            SECRETS.plural: self.secrets.store,
-            PODS.plural: self.pods.store,
-            STATEFULSETS.plural: self.statefulsets.store,
-        }
         # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
-        self.pod_groups = None
-        if opts.gang_scheduling:
-            pg_resource = VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS
-            self.pod_groups = factory.informer_for(pg_resource, label_selector=OPERATOR_SELECTOR,
-                                                   transform=strip_managed_fields)
-            self.stores[pg_resource.plural] = self.pod_groups.store
+        # With the Workload API, its Workloads too, and neither informer when the cluster does not serve
+        # it (an informer would retry a 404 forever and the caches would never sync).
+        self.pod_groups = self.workloads = None
+        if opts.gang_scheduling and not gang_unavailable:
+            if opts.gang_scheduling == workload_gang.MODE:
+                self.workloads = child(WORKLOADS)
+                self.pod_groups = child(WORKLOAD_PODGROUPS)
+            else:
+                self.pod_groups = child(VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS)
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
-            on_update=lambda old, new: self._enqueue_mpijob(new),
+            on_update=lambda old, new: self._enqueue_mpijob(new, resync=old is new),
             on_delete=self._mpijob_deleted,
         )
         for inf in self._children():
@@ -152,51 +160,84 @@ class MPIJobController:
 
     def _children(self) -> list:
         infs = [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + ([self.pod_groups] if self.pod_groups is not None else [])
+        return infs + [inf for inf in (self.pod_groups, self.workloads) if inf is not None]
 
     # ------------------------------------------------------------------ event handlers
-    def _enqueue_mpijob(self, obj: dict) -> None:
-        self.queue.add(meta_namespace_key(obj))
+    def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
+        key = meta_namespace_key(obj)
+        # A uid other than the remembered one: a namesake whose predecessor's delete went unseen
+        # (a relist shows it as an update). Its memory starts blank.
+        self.memory.seen(key, (obj.get("metadata") or {}).get("uid"))
+        if not self._active:
+            return
+        if resync:
+            # The periodic resync is a safety net, not news: paced by the queue's overall bucket, so
+            # that it never sends every MPIJob (500 blocked ones retrying their refused writes) at
+            # the API server in one burst that takes the client's budget (docs/architecture.md 3.2).
+            self.queue.add_paced(key)
+        else:
+            self.queue.add(key)
 
     def _mpijob_deleted(self, obj: object) -> None:
-        obj = _unwrap(obj)
-        key = meta_namespace_key(obj)
-        self.expectations.forget(key)
-        self._taken.pop(key, None)
-        self.refusals.pop(key, None)
-        with self._pace_lock:
-            self._pace.pop(key, None)
-        with contextlib.suppress(KeyError):
-            metrics.job_info.remove(names.launcher_name(obj), split_key(key)[0])
-        with contextlib.suppress(KeyError):
-            metrics.job_not_running_since.remove(*split_key(key))
-        self.queue.add(key)
+        key = meta_namespace_key(_unwrap(obj))
+        self.memory.forget(key)
+        if self._active:
+            self.queue.add(key)
 
     def _enqueue_owner(self, obj: dict) -> None:
         owner = names.owner_key(obj)
-        if owner:
+        if owner and self._active:
             self.queue.add(owner)
 
     def _enqueue_pod_owner(self, pod: dict) -> None:
+        if not self._active:
+            return
         now = time.monotonic()
         for key in _pod_owner(pod):
-            with self._pace_lock:
-                self._pace.setdefault(key, pc.Pace()).last_pod_event = now
+            job = self.mpijobs.store.get(key)
+            if job is None:
+                continue  # its MPIJob is gone (the garbage collector removing its pods): nothing to do
+            self.memory.pod_event(key, job["metadata"].get("uid"), now)
+            if self.mpijobs.store.get(key) is None:
+                self.memory.forget(key)  # deleted meanwhile, its forget maybe before our write: again
+                continue
             self.queue.add_after(key, POD_EVENT_BATCH_SECONDS)
 
     # ------------------------------------------------------------------ workers
     def run_workers(self) -> None:
+        self._active = True
+        for key in self.mpijobs.store.list_keys():  # a standby queued nothing: take every MPIJob now
+            self.queue.add(key)
         for i in range(self.opts.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         log.info("workers started", threads=self.opts.threadiness, backend=self.opts.worker_backend)
 
-    def shutdown(self, timeout: float = 20.0) -> None:
+    def shutdown(self, timeout: float = 20.0) -> bool:
+        """Stops the workers; True once every one has returned (no write of ours is in flight)."""
         self.queue.shutdown()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
+        """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
+        informer stopped (its list/watch or dispatch thread gone), a worker thread dead, or a
+        reconcile running longer than `hang_s` (a worker hung)."""
+        stopped = [inf.name for inf in [self.mpijobs, *self._children()] if inf.dead()]
+        if stopped:
+            return False, f"informers stopped: {', '.join(stopped)}"
+        if self._active and not self.queue.shutting_down():
+            dead = [t.name for t in self._threads if not t.is_alive()]
+            if dead:
+                return False, f"worker threads dead: {', '.join(dead)}"
+        hang_s = WORKER_HANG_SECONDS if hang_s is None else hang_s
+        key, running = self.queue.longest_running()
+        if key is not None and running > hang_s:
+            return False, f"a worker has been reconciling {key} for {running:.0f}s (more than {hang_s:.0f}s): hung"
+        return True, "ok"
 
     def _worker(self) -> None:
         while True:
@@ -212,23 +253,17 @@ class MPIJobController:
         structlog.contextvars.bind_contextvars(mpijob=key)
         started = time.perf_counter()
         try:
-            self.sync(key)
-            self.queue.forget(key)
-        except Refused as e:
-            self._refused(key, e)
+            if self.sync(key):
+                self.queue.forget(key)
         except NotLeader:
             log.warning("not the leader any more: dropping the reconcile")
         except PredecessorChild as e:
             log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
             self.queue.add_after(key, 1.0)
-        except ForeignObject as e:
-            # The plan reports it (condition + Event) from the next reconcile on; the name is looked at
-            # again every few seconds, since no informer shows an object without our labels.
-            metrics.reconcile_errors.labels("ResourceExists").inc()
-            if self._taken.get(key, (None,))[0] != str(e):
-                log.warning("a child's name is taken", error=str(e))
-            self._taken[key] = (str(e), e.path)
-            self.queue.add(key)
+        except ObjectGone as e:
+            # Deleted since the cache showed it: its delete event is on the way; nothing to report.
+            log.info("an object was deleted meanwhile; reconciling again", detail=str(e))
+            self.queue.add_rate_limited(key)
         except Exception as e:
             metrics.reconcile_errors.labels(type(e).__name__).inc()
             if _expected(e):  # the API server away or busy: one line, the error's text
@@ -242,71 +277,84 @@ class MPIJobController:
             metrics.reconcile_duration.observe(time.perf_counter() - started)
             structlog.contextvars.unbind_contextvars("mpijob")
 
-    def _refused(self, key: str, e: Refused) -> None:
-        """Remember the refusal and show it on the MPIJob; retry only what can pass (refusal.py)."""
+    def _refused(self, key: str, mpijob: dict, mem: JobMemory, e: Refused) -> bool:
+        """Remember the refusal and show it on the MPIJob; retry only what can pass (refusal.py).
+        `mpijob` and `mem` are those the refused plan was made from: never a namesake's."""
         metrics.reconcile_errors.labels(e.reason or str(e.status)).inc()
-        mpijob = self.mpijobs.store.get(key)
-        if mpijob is None:
-            return
         r = rf.Refusal(e.status, e.reason, e.message, e.kind, e.name,
                        (mpijob.get("metadata") or {}).get("generation"), rf.causes_of(e.body))
-        if not rf.same(self.refusals.get(key), r):  # one line per distinct refusal, not per retry
+        if not rf.same(mem.refusal, r):  # one line per distinct refusal, not per retry
             log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
                         reason=e.reason, error=e.message, permanent=r.permanent)
-        self.refusals[key] = r
-        try:
-            full = make_plan(Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=r))
-            # A transient refusal: show it, write nothing else (the refused write comes again after
-            # the backoff). A permanent one: the plan of a Failed MPIJob (it stops the workers).
-            report = full if r.permanent else Plan(status=full.status, events=full.events)
-            self._apply(key, mpijob, report)
-        except NotLeader:
-            log.warning("not the leader any more: dropping the reconcile")
-            return
-        except Exception as err:  # reported, and the key is retried below
-            log.warning("showing a refusal on the MPIJob failed; retrying", error=f"{type(err).__name__}: {err}")
+        mem.refusal = r
+        full = make_plan(Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=r))
+        # A transient refusal: show it, write nothing else (the refused write comes again after
+        # the backoff). A permanent one: the plan of a Failed MPIJob (it stops the workers).
+        report = full if r.permanent else Plan(status=full.status, events=full.events)
+        shown = self._apply(key, mpijob, report)
+        if shown.refused is not None:
+            log.warning("showing a refusal on the MPIJob was refused; retrying", error=str(shown.refused))
             self.queue.add_rate_limited(key)
-            return
-        if r.permanent:
+        elif r.permanent:
             self.queue.forget(key)  # no retry: only a new generation of the spec changes the answer
         else:
-            # Backoff, capped: what lifts the refusal (a ResourceQuota raised) sends this MPIJob no event.
-            self.queue.add_after(key, min(self.queue.rate_limiter.when(key), REFUSAL_RETRY_MAX))
+            # Backoff, capped per MPIJob (what lifts the refusal, a ResourceQuota raised, sends this
+            # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
+            self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
+        return False
 
     # ------------------------------------------------------------------ one reconcile
-    def sync(self, key: str) -> None:
+    def sync(self, key: str) -> bool:
+        """One reconcile of `key`; False when it set the key's retry itself (a refusal, a taken
+        name), so that its backoff must not be reset."""
         mpijob = self.mpijobs.store.get(key)
         if mpijob is None:
-            self.expectations.forget(key)
-            with self._pace_lock:
-                self._pace.pop(key, None)
-            return
-        taken = self._still_taken(key)
+            self.memory.forget(key)
+            return True
+        mem = self.memory.of(key, mpijob["metadata"].get("uid"))
+        taken = self._still_taken(mem)
         if taken:
             self.queue.add_after(key, TAKEN_RECHECK_SECONDS)
         if not self._caught_up(key):
             log.debug("waiting for the cache to show our writes", pending=len(self.expectations.pending(key)))
             self.queue.add_after(key, 5.0)  # safety net; the informer event normally comes first
-            return
-        metrics.job_info.labels(names.launcher_name(mpijob), split_key(key)[0]).set(1)
-        refusal = self.refusals.get(key)
+            return True
+        mem.launcher = names.launcher_name(mpijob)
+        metrics.job_info.labels(mem.launcher, split_key(key)[0]).set(1)
+        refusal = mem.refusal
         if refusal is not None and refusal.permanent and refusal.generation != mpijob["metadata"].get("generation"):
-            del self.refusals[key]  # the spec changed: try again
-            refusal = None
+            mem.refusal = refusal = None  # the spec changed: try again
         inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
-                        taken=taken, settle_s=self._settle(key, mpijob))
+                        taken=taken, settle_s=self._settle(mem, mpijob))
         plan = make_plan(inputs)
-        self._apply(key, mpijob, plan)
-        self._held(key, plan.held)
+        try:
+            result = self._apply(key, mpijob, plan)
+        except ForeignObject as e:
+            # The plan reports it (condition + Event) from the next reconcile on; the name is looked at
+            # again every few seconds, since no informer shows an object without our labels.
+            metrics.reconcile_errors.labels("ResourceExists").inc()
+            if (mem.taken or (None,))[0] != str(e):
+                log.warning("a child's name is taken", error=str(e))
+            mem.taken = (str(e), e.path)
+            self.queue.add(key)
+            return False
+        finally:
+            if self.memory.peek(key) is None:
+                self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.refused is not None:
+            return self._refused(key, mpijob, mem, result.refused)
+        self._held(mem, plan.held)
         if refusal is not None and not refusal.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
-            self.refusals.pop(key, None)
+            mem.refusal = None
             log.info("a refused write passed", kind=refusal.kind, name=refusal.name)
             self.queue.add(key)
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
+        return True
 
-    def _apply(self, key: str, mpijob: dict, plan: Plan) -> None:
+    def _apply(self, key: str, mpijob: dict, plan: Plan) -> Result:
+        result = Result()
         if plan.writes or plan.events:
             log.debug("applying plan", creates=len(plan.creates), patches=len(plan.patches),
                       deletes=len(plan.deletes), status=plan.status is not None, events=len(plan.events))
@@ -320,7 +368,9 @@ class MPIJobController:
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
-        self._record_progress(key, mpijob, plan.status)
+        if result.refused is None:
+            self._record_progress(key, mpijob, plan.status)
+        return result
 
     @staticmethod
     def _record_progress(key: str, mpijob: dict, new_status: dict | None) -> None:
@@ -334,35 +384,33 @@ class MPIJobController:
         else:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
-    def _settle(self, key: str, mpijob: dict) -> float:
+    def _settle(self, mem: JobMemory, mpijob: dict) -> float:
         bringing_up = pc.bringing_up(mpijob)
-        with self._pace_lock:
-            return pc.settle_remaining(self._pace.get(key), time.monotonic(), bringing_up=bringing_up)
+        with self.memory.lock:  # the pod informer's thread writes the pace too: read it whole
+            return pc.settle_remaining(mem.pace, time.monotonic(), bringing_up=bringing_up)
 
-    def _held(self, key: str, held: bool) -> None:
-        """Remember since when this key's minor writes are held (the cap of pace.py counts from there);
-        forget a key whose pods are quiet, so the map holds only MPIJobs whose pods move."""
+    def _held(self, mem: JobMemory, held: bool) -> None:
+        """Remember since when this MPIJob's minor writes are held (the cap of pace.py counts from
+        there); once its pods are quiet, its pace starts afresh."""
         now = time.monotonic()
-        with self._pace_lock:
-            pace = self._pace.get(key)
-            if pace is None:
-                return
+        with self.memory.lock:
+            pace = mem.pace
             if held:
                 pace.held_since = pace.held_since or now
             elif pc.settle_remaining(pc.Pace(pace.last_pod_event), now) == 0:
-                del self._pace[key]
+                mem.pace = pc.Pace()
             else:
                 pace.held_since = None
 
-    def _still_taken(self, key: str) -> str | None:
+    def _still_taken(self, mem: JobMemory) -> str | None:
         """The message of a name found taken by a foreign object, while that object exists."""
-        found = self._taken.get(key)
+        found = mem.taken
         if found is None:
             return None
         if self.executor.exists(found[1]):
             return found[0]
         log.info("the object in the way is gone", detail=found[0])
-        del self._taken[key]
+        mem.taken = None
         return None
 
     def _caught_up(self, key: str) -> bool:
@@ -391,4 +439,5 @@ class MPIJobController:
             other_workers=sts_workers if job_workers else None,
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
             pod_group=get("podgroups", meta["name"]),
+            workload=get("workloads", meta["name"]),
         )

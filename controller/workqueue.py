@@ -141,6 +141,12 @@ class MaxOfRateLimiter:
     def when(self, item: Hashable) -> float:
         return max(lim.when(item) for lim in self.limiters)
 
+    def when_capped(self, item: Hashable, item_cap: float) -> float:
+        """As when(), the per-item delays capped at `item_cap`, an overall bucket's never: a cap on
+        how long one item waits must not let many items past the overall rate."""
+        return max(lim.when(item) if isinstance(lim, BucketRateLimiter) else min(lim.when(item), item_cap)
+                   for lim in self.limiters)
+
     def num_requeues(self, item: Hashable) -> int:
         return max(lim.num_requeues(item) for lim in self.limiters)
 
@@ -308,8 +314,23 @@ class RateLimitingQueue:
             return len(self._waiting)
 
     # -- rate limiting -----------------------------------------------------------------------------
-    def add_rate_limited(self, item: Hashable) -> None:
-        self.add_after(item, self.rate_limiter.when(item))
+    def add_rate_limited(self, item: Hashable, item_cap: float | None = None) -> None:
+        """Back in after the rate limiter's delay; `item_cap` caps the per-item backoff, never the
+        overall bucket (MaxOfRateLimiter.when_capped)."""
+        if item_cap is None:
+            delay = self.rate_limiter.when(item)
+        elif isinstance(self.rate_limiter, MaxOfRateLimiter):
+            delay = self.rate_limiter.when_capped(item, item_cap)
+        else:
+            delay = min(self.rate_limiter.when(item), item_cap)
+        self.add_after(item, delay)
+
+    def add_paced(self, item: Hashable) -> None:
+        """Back in after the overall bucket's delay only (no per-item backoff, no failure counted):
+        for work that is due but not urgent, such as a periodic resync."""
+        limiters = self.rate_limiter.limiters if isinstance(self.rate_limiter, MaxOfRateLimiter) else ()
+        self.add_after(item, max((lim.when(item) for lim in limiters if isinstance(lim, BucketRateLimiter)),
+                                 default=0.0))
 
     def forget(self, item: Hashable) -> None:
         self.rate_limiter.forget(item)
@@ -322,6 +343,15 @@ class RateLimitingQueue:
         now = time.monotonic()
         with self._cond:
             return sum(now - t for t in self._started_at.values())
+
+    def longest_running(self) -> tuple[Hashable | None, float]:
+        """The item processed for the longest time now, and for how long (None, 0.0 when idle)."""
+        now = time.monotonic()
+        with self._cond:
+            if not self._started_at:
+                return None, 0.0
+            item, since = min(self._started_at.items(), key=lambda kv: kv[1])
+            return item, now - since
 
     def _longest_running_seconds(self) -> float:
         now = time.monotonic()

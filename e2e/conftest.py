@@ -11,6 +11,18 @@ from collections.abc import Iterator
 
 import pytest
 
+# The Kueue modules' fixtures (e2e/test_kueue*.py), module-scoped: one Kueue per module that asks.
+from kueue_fixtures import (  # noqa: F401
+    kueue,
+    kueue_crds,
+    kueue_log,
+    kueue_namespace,
+    pods_ready,
+    pods_ready_times,
+    pools,
+    queues,
+)
+
 from testsupport.kubectl import install_crd, service_account_kubeconfig
 from testsupport.operator_process import Operator
 from testsupport.paths import CLUSTER_DIR, ROOT

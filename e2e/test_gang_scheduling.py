@@ -14,19 +14,27 @@ Volcano: the PodGroups the operator makes are accepted by Volcano's own CRD (no 
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
 
 import pytest
 from gang import (
+    NODE_CPU,
+    POOL_NODES,
     SCHEDULER_NAME,
+    WORKERS,
+    bound,
+    bound_all,
+    ever_bound,
+    gang_job,
     grant_gang_rbac,
     install_crd,
     node_pool,
     podgroup_crds,
+    run_a_then_b,
     second_scheduler,
+    succeeded,
 )
 
 from reconcilers import podgroup as pg
@@ -35,11 +43,6 @@ from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, pods, w
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
-
-WORKERS = 3
-POD_CPU = "1"
-POOL_NODES, NODE_CPU = 3, "2"  # 6 CPUs: one MPIJob of 4 CPUs fits, two (8) do not
-
 
 @pytest.fixture(scope="module")
 def crds(kubectl) -> dict[str, str]:
@@ -64,80 +67,12 @@ def pool(kubectl):
         yield p
 
 
-def gang_job(name: str, placement: dict, launcher_runs: str) -> dict:
-    job = simulated_mpijob(name, workers=WORKERS, launcher_runs=launcher_runs, policy="AtStartup")
-    for rs in job["spec"]["mpiReplicaSpecs"].values():
-        spec = rs["template"]["spec"]
-        spec.update(copy.deepcopy(placement))
-        spec["containers"][0]["resources"] = {"requests": {"cpu": POD_CPU}}
-    return job
-
-
-def bound(kubectl, ns: str, name: str) -> tuple[int, int]:
-    """(pods bound to a node, pods not bound) of MPIJob `name`, launcher and workers, live ones only."""
-    ps = [p for role in ("launcher", "worker") for p in pods(kubectl, ns, name, role)
-          if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") in ("Pending", "Running")]
-    on_node = sum(1 for p in ps if p["spec"].get("nodeName"))
-    return on_node, len(ps) - on_node
-
-
-def ever_bound(kubectl, ns: str, name: str, seen: set[str]) -> int:
-    """How many of MPIJob `name`'s pods have been bound so far (`seen` accumulates across calls): without
-    gang scheduling a launcher may run, and in the simulation end, before its last worker is placed."""
-    for role in ("launcher", "worker"):
-        seen.update(p["metadata"]["name"] for p in pods(kubectl, ns, name, role) if p["spec"].get("nodeName"))
-    return len(seen)
-
-
-def succeeded(kubectl, ns: str, name: str) -> bool:
-    return conditions(kubectl, ns, name).get("Succeeded", {}).get("status") == "True"
-
-
-def run_a_then_b(kubectl, ns: str, placement: dict, op, backend: str, gang: bool) -> dict:
-    """A runs (launcher 8 s) holding the pool; B is submitted; B is watched until A ends and then
-    until all of B's pods have been bound. B's launcher runs 15 s: without gang scheduling it may
-    start while A runs, and must not end before its last worker is placed. Returns what was seen."""
-    members = WORKERS + 1
-    apply(kubectl, ns, gang_job("a", placement, "8s"))
-    wait_until(lambda: bound(kubectl, ns, "a") == (members, 0), 90, 0.3, what="all of A's pods bound")
-    apply(kubectl, ns, gang_job("b", placement, "15s"))
-    seen: dict = {"b_bound_while_a_runs": set(), "b_waiting": set()}
-    while not succeeded(kubectl, ns, "a"):
-        on_node, pending = bound(kubectl, ns, "b")
-        seen["b_bound_while_a_runs"].add((on_node, pending))
-        c = conditions(kubectl, ns, "b").get(pg.WAITING_CONDITION)
-        if c:
-            seen["b_waiting"].add((c["status"], c["message"]))
-        assert time.monotonic() - seen.setdefault("t_b", time.monotonic()) < 120, seen
-        time.sleep(0.2)
-    a_done = time.monotonic()
-    try:
-        b_bound: set[str] = set()
-        wait_until(lambda: ever_bound(kubectl, ns, "b", b_bound) >= members, 120, 0.2, what="all of B's pods bound")
-    except AssertionError:
-        print(kubectl("-n", ns, "get", "pods", "-o", "wide").stdout)
-        print(kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout[-4000:])
-        raise
-    seen["a_end_to_b_bound_s"] = round(time.monotonic() - a_done, 2)
-    wait_condition(kubectl, ns, "b", "Succeeded", timeout=120)
-    seen["writes_per_mpijob"] = op.metric("mpi_operator_api_writes_total") / 2
-    seen["writes_by_kind"] = {f"{labels['verb']} {labels['kind']}": value / 2 for name, labels, value in op.metrics()
-                              if name == "mpi_operator_api_writes_total" and value}
-    seen["podgroup_writes"] = {v: op.metric("mpi_operator_api_writes_total", verb=v, kind="PodGroup")
-                               for v in ("create", "patch", "delete")}
-    print(f"\nFIGURE gang={gang} backend={backend} a_end_to_b_all_bound_s={seen['a_end_to_b_bound_s']} "
-          f"api_writes_per_mpijob={seen['writes_per_mpijob']} podgroup_writes={seen['podgroup_writes']} "
-          f"b_while_a_runs(bound,unbound)={sorted(seen['b_bound_while_a_runs'])} "
-          f"writes_per_mpijob_by_kind={seen['writes_by_kind']}")
-    return seen
-
-
 def test_with_gang_scheduling_the_second_mpijob_waits_whole(kubectl, scheduler, pool, namespace, backend,
                                                             start_operator):
     _, placement = pool
     grant_gang_rbac(kubectl, "scheduler-plugins", namespace)
     op = start_operator(backend, namespace, f"--gang-scheduling={SCHEDULER_NAME}")
-    seen = run_a_then_b(kubectl, namespace, placement, op, backend, gang=True)
+    seen = run_a_then_b(kubectl, namespace, placement, op, backend, mode="coscheduling")
     scheduler.check_alive()
 
     # Not one pod of B was bound while A held the pool, and users saw why.
@@ -168,7 +103,7 @@ def test_without_gang_scheduling_the_second_mpijob_is_placed_in_part(kubectl, po
                                                                      start_operator):
     _, placement = pool
     op = start_operator(backend, namespace)
-    seen = run_a_then_b(kubectl, namespace, placement, op, backend, gang=False)
+    seen = run_a_then_b(kubectl, namespace, placement, op, backend, mode="off")
     # B held 2 CPUs of the pool with 2 of its 4 pods unplaced: half a gang, waiting.
     assert (2, 2) in seen["b_bound_while_a_runs"], seen
     assert not seen["b_waiting"]
@@ -242,7 +177,9 @@ def test_submitted_together_with_gang_scheduling_one_runs_whole_then_the_other(
                        90, 0.2, what="one MPIJob with all its pods bound")
     other = "b" if first == "a" else "a"
     while not succeeded(kubectl, namespace, first):
-        assert bound(kubectl, namespace, other)[0] == 0, f"{other} got a pod bound while {first} ran"
+        counts = bound_all(kubectl, namespace)  # both at one instant (gang.bound_all)
+        if counts.get(first, (0, 0))[0]:
+            assert counts.get(other, (0, 0))[0] == 0, f"{other} got a pod bound while {first} ran: {counts}"
         time.sleep(0.2)
     other_bound: set[str] = set()
     wait_until(lambda: ever_bound(kubectl, namespace, other, other_bound) >= members, 120, 0.2,

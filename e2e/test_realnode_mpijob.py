@@ -10,17 +10,15 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.paths import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
-JOB_NAME = "training.kubeflow.org/job-name"
-ROLE = "training.kubeflow.org/job-role"
 
 
 def _mpijob(name: str, *, args: list[str] | None = None, backoff: int | None = None,
@@ -62,7 +60,7 @@ def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:
 
 
 def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
+    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}", "-o", "json")
     return json.loads(r.stdout)["items"]
 
 

@@ -135,7 +135,7 @@ def test_worker_deleted_mid_run_comes_back_and_retry_succeeds(kubectl, realnode,
     the ranks on both workers again. Open MPI 5's mpirun (PRRTE 3.0) mostly exits 0 instead (seen
     here: 0 in most runs, non-zero in some), so no retry can happen: the MPIJob then ends
     Failed/WorkerLostDuringRun with a Warning naming spec.mpiImplementation, never a silent
-    Succeeded (docs/architecture.md section 8)."""
+    Succeeded (docs/architecture.md section 9)."""
     image = mpi_image(flavour)
     name = f"kill-{flavour}"
     job = mpijob(name, flavour, image, args=["mpirun", "-n", "4", "/opt/pi", "20000000000"], backoff=3,

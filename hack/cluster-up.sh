@@ -5,6 +5,11 @@
 #   the API server's audit log records the operator's ServiceAccount alone (hack/audit/policy.yaml),
 #   for `make bench` to count the operator's requests from the server's side;
 #   plus, where the machine allows and REAL_NODE is not 0, one real node (hack/realnode/up.sh).
+# Kubernetes' Workload API (scheduling.k8s.io/v1beta1 Workload and PodGroup, gang scheduling by the
+# default kube-scheduler; beta and off by default in Kubernetes 1.37) is on unless WORKLOAD_API=0:
+# the GenericWorkload feature gate on the API server, controller manager and scheduler, and the beta
+# group served (--runtime-config). Pods that name no PodGroup are scheduled as without it. The
+# operator's --gang-scheduling=workload needs it (docs/architecture.md section 8).
 # State lives in $CLUSTER_DIR (default .cluster/): kubeconfig, bin/, pki/, logs/, pids/.
 # Running it again while the cluster is up only checks it.
 set -euo pipefail
@@ -17,11 +22,25 @@ CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 APISERVER_PORT=${APISERVER_PORT:-6443}
 ETCD_PORT=${ETCD_PORT:-2379}
 KWOK_NODES=${KWOK_NODES:-4}
+WORKLOAD_API=${WORKLOAD_API:-1}
+# The controller manager's, scheduler's and kwok's own listeners: a second cluster on this machine
+# (hack/worker-cluster-up.sh) needs ports of its own.
+KCM_PORT=${KCM_PORT:-10257}
+SCHEDULER_PORT=${SCHEDULER_PORT:-10259}
+KWOK_PORT=${KWOK_PORT:-10247}
 export CLUSTER_DIR
 t_start=$SECONDS
+gates=() apiserver_gates=()
+if [ "$WORKLOAD_API" != 0 ]; then
+  gates=(--feature-gates=GenericWorkload=true)
+  apiserver_gates=("${gates[@]}" --runtime-config=scheduling.k8s.io/v1beta1=true)
+fi
 
 if healthy; then
   log "cluster already up ($CLUSTER_DIR/kubeconfig)"
+  if [ "$WORKLOAD_API" != 0 ] && ! workload_api_served; then
+    log "note: this cluster does not serve the Workload API (started without it); restart it to turn it on"
+  fi
   [ "${REAL_NODE:-1}" = 0 ] || real_node_up
   exit 0
 fi
@@ -85,7 +104,8 @@ start kube-apiserver "$B/kube-apiserver" \
   --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
   --profiling=false --v=1 \
   --audit-policy-file="$here/audit/policy.yaml" --audit-log-path="$CLUSTER_DIR/audit/audit.log" \
-  --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500 --audit-log-maxbackup=1
+  --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500 --audit-log-maxbackup=1 \
+  ${apiserver_gates[@]+"${apiserver_gates[@]}"}
 wait_for "kube-apiserver /readyz" 120 kubectl_admin get --raw /readyz
 
 # --- kube-controller-manager: the default controllers (job, statefulset, garbage collector, ...).
@@ -93,13 +113,13 @@ start kube-controller-manager "$B/kube-controller-manager" \
   --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authorization-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10257 \
+  --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
   --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
   --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
   --kube-api-qps=300 --kube-api-burst=600 --concurrent-job-syncs=10 \
   --concurrent-statefulset-syncs=10 --concurrent-gc-syncs=20 \
-  --node-monitor-grace-period=60s --v=1
+  --node-monitor-grace-period=60s --v=1 ${gates[@]+"${gates[@]}"}
 
 # --- kube-scheduler
 cat > "$CLUSTER_DIR/scheduler.yaml" <<EOF
@@ -115,12 +135,12 @@ EOF
 start kube-scheduler "$B/kube-scheduler" --config="$CLUSTER_DIR/scheduler.yaml" \
   --authentication-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
   --authorization-kubeconfig="$CLUSTER_DIR/scheduler.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10259 --v=1
+  --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --v=1 ${gates[@]+"${gates[@]}"}
 
 # --- kwok and its simulated nodes
 start kwok "$B/kwok" --kubeconfig="$CLUSTER_DIR/kwok.kubeconfig" --config="$here/kwok/kwok.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --node-ip=127.0.0.1 --server-address=127.0.0.1:10247
+  --node-ip=127.0.0.1 --server-address="127.0.0.1:$KWOK_PORT"
 for i in $(seq 0 $((KWOK_NODES - 1))); do
   kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: v1
@@ -143,5 +163,8 @@ done
 wait_for "the default ServiceAccount" 60 kubectl_admin -n default get serviceaccount default
 wait_for "$KWOK_NODES Ready kwok nodes" 60 nodes_ready "$KWOK_NODES"
 
+if [ "$WORKLOAD_API" != 0 ]; then
+  wait_for "the Workload API (scheduling.k8s.io/v1beta1)" 30 workload_api_served
+fi
 [ "${REAL_NODE:-1}" = 0 ] || real_node_up
 log "cluster up in $((SECONDS - t_start))s: export KUBECONFIG=$CLUSTER_DIR/kubeconfig"

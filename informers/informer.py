@@ -125,6 +125,11 @@ class SharedInformer:
         self.reflector.stop()
         self._deltas.put((_STOP, None))
 
+    def dead(self) -> bool:
+        """Stopped, or started and one of its threads (list/watch, dispatch, resync) gone: its cache
+        no longer follows the API server (for /healthz). Not yet started is not dead."""
+        return self._stopped or (self._started and not all(t.is_alive() for t in self._threads))
+
     def has_synced(self) -> bool:
         """True once the first list is in the Store and its events went to the handlers."""
         return self._synced.is_set()

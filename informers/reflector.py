@@ -9,7 +9,10 @@ resourceVersion, and keep doing so.
   makes it relist; the consumer then computes adds, updates and tombstones.
 - Connection errors (refused, reset, a read timeout of ~80 s on a dead stream) back off from 0.8 s
   doubling to 30 s with jitter, then watch again from the last resourceVersion. The backoff is
-  reset as soon as a watch (or a list) is answered again, and a reflector back online calls
+  reset by a list, and by a watch that proves good: one that delivers an event or lasts
+  MIN_GOOD_WATCH_SECONDS. A watch that the server (or a proxy) answers and closes at once with no
+  event is a failure, as in client-go ("very short watch"): it backs off, growing, instead of
+  re-opening in a hot loop. A reflector back online calls
   `on_reconnect`: the factory then wakes its other reflectors still sleeping off connection errors
   (`retry_now`), so that no cache stays behind for a backoff once the network is back.
 - Other API errors (403, 500...) back off, then relist.
@@ -38,6 +41,8 @@ log = logging.getLogger("informers.reflector")
 PAGE_SIZE = 500
 READ_TIMEOUT = 80.0  # bookmarks come about once a minute: a silent stream this long is dead
 MIN_WATCH_TIMEOUT = 300.0
+# A watch that ends sooner than this without one event was not a watch: a failure, backed off.
+MIN_GOOD_WATCH_SECONDS = 1.0
 
 
 class Backoff:
@@ -68,6 +73,10 @@ class _Expired(Exception):
 
 class _WatchFailed(Exception):
     """A watch ended with an API error other than Expired: relist after a backoff."""
+
+
+class _ClosedAtOnce(Exception):
+    """The server ended a watch at once without an event: back off (growing), then watch again."""
 
 
 class _Throttled(Exception):
@@ -127,8 +136,9 @@ class Reflector:
         if self._offline:
             self._wake.set()
 
-    def _online(self) -> None:
-        self.backoff.reset()
+    def _online(self, reset: bool = True) -> None:
+        if reset:
+            self.backoff.reset()
         if self._offline:
             self._offline = False
             if self.on_reconnect is not None:
@@ -159,6 +169,11 @@ class Reflector:
                          self.last_resource_version, e)
                 metrics.watch_errors_total.labels(self.name, "expired").inc()
                 need_list = True
+            except _ClosedAtOnce as e:
+                metrics.watch_errors_total.labels(self.name, "closed").inc()
+                delay = self.backoff.next()
+                log.warning("%s: %s; watching again in %.1fs", self.name, e, delay)
+                self._sleep(delay)
             except _Throttled as e:
                 metrics.watch_errors_total.labels(self.name, "throttled").inc()
                 delay = e.retry_after or self.backoff.next()
@@ -270,13 +285,18 @@ class Reflector:
         if self._stop.is_set():
             stream.close()
             return
-        # The server answered: the connection is back. Reset now, not at the first event: a quiet
-        # watch would otherwise keep the backoff grown by earlier cuts (up to 30 s) for the next one.
-        self._online()
+        # The server answered: the connection is back (wake the other reflectors). The backoff is
+        # reset once the watch proves good (an event, or MIN_GOOD_WATCH_SECONDS), not on opening: a
+        # server that closes every watch at once would otherwise be asked again in a hot loop.
+        self._online(reset=False)
+        opened, events = time.monotonic(), 0
         try:
             for ev in stream:
                 if self._stop.is_set():
                     return
+                if not events:
+                    self.backoff.reset()
+                events += 1
                 typ = ev.get("type")
                 obj = ev.get("object") or {}
                 metrics.events_total.labels(self.name, typ or "").inc()
@@ -299,3 +319,8 @@ class Reflector:
                 if self.current_stream is stream:
                     self.current_stream = None
             stream.close()
+            if not events and time.monotonic() - opened >= MIN_GOOD_WATCH_SECONDS:
+                self.backoff.reset()  # a quiet watch that lasted: a cut now starts from the shortest delay
+        if not events and not self._stop.is_set() and time.monotonic() - opened < MIN_GOOD_WATCH_SECONDS:
+            raise _ClosedAtOnce(f"the server closed the watch after {time.monotonic() - opened:.3f}s without "
+                                "an event")

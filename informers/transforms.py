@@ -43,3 +43,23 @@ def slim_pod(obj: dict) -> dict:
             st[field] = [{k: cs[k] for k in _CONTAINER_STATUS_KEEP if k in cs} for cs in status[field] or []]
     out["status"] = st
     return out
+
+
+# What a cached Secret keeps of each value: whether it is empty. The plan asks only whether the SSH
+# Secret has both keys (reconcilers/plan.py, shared_children); the values (private keys) stay on
+# the API server and in the pods that mount them.
+SECRET_VALUE_PLACEHOLDER = "-"
+
+
+def strip_secret_data(obj: dict) -> dict:
+    """A Secret without its values: `data` (and `stringData`) keep their keys, each value replaced by
+    "" when it was empty and SECRET_VALUE_PLACEHOLDER otherwise; metadata loses managedFields."""
+    out = strip_managed_fields(obj)
+    if "data" not in out and "stringData" not in out:
+        return out
+    out = dict(out)
+    for field in ("data", "stringData"):
+        data = out.get(field)
+        if isinstance(data, dict):
+            out[field] = {k: SECRET_VALUE_PLACEHOLDER if v else "" for k, v in data.items()}
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from reconcilers import names as n
@@ -28,6 +29,78 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 # resource.Quantity: a signed decimal number, then a binary or decimal SI suffix or an exponent.
 _QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+# The same, in parts: sign, integer digits, fraction digits, suffix.
+_QUANTITY_PARTS = re.compile(r"^([+-]?)(?:([0-9]+)(?:\.([0-9]*))?|\.([0-9]+))"
+                             r"(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+# The largest quantity Kubernetes represents: its consumers (scheduler, kubelet, quota) read a
+# quantity as an int64 (Quantity.Value), and the API server caps a binary-suffixed value there. A
+# request beyond it can never be met; refused here, before any arithmetic on it (a value like
+# 1e9999999 would take minutes to expand, and the PodGroup sums requests).
+MAX_QUANTITY = 2**63 - 1
+# An exponent with more digits than this is out of any bound; never converted (int() of a long
+# digit string is itself costly, and refused beyond 4300 digits).
+_MAX_EXPONENT_DIGITS = 6
+_SUFFIX_POW10 = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_SUFFIX_POW2 = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+# Below 10^-30 a value rounds up to 1n on the API server; its exact size no longer matters.
+_TINY_EXP10 = -30
+
+
+def quantity_value(q: object) -> Decimal:
+    """The value of a quantity (a string as in `500m`, `2Gi`, `1e3`, or a number), bounded: ValueError
+    for what is not a quantity or exceeds MAX_QUANTITY. Work bounded by the text's length: the size
+    is read off the digits and the exponent before anything is expanded."""
+    if isinstance(q, bool) or not isinstance(q, int | float | str):
+        raise ValueError(f"not a quantity: {q!r}")
+    text = repr(q) if isinstance(q, float) else str(q)
+    m = _QUANTITY_PARTS.match(text)
+    if not m:
+        raise ValueError(f"not a quantity: {q!r}")
+    sign, suffix = m.group(1), m.group(5) or ""
+    whole, frac = (m.group(2) or "").lstrip("0"), m.group(3) or m.group(4) or ""
+    if not (whole + frac).strip("0"):
+        return Decimal(0)
+    exp10, pow2 = 0, 0
+    if suffix in _SUFFIX_POW2:
+        pow2 = _SUFFIX_POW2[suffix]
+    elif suffix in _SUFFIX_POW10:
+        exp10 = _SUFFIX_POW10[suffix]
+    elif suffix:  # an exponent, e.g. e3 or E-2
+        if len(suffix[1:].lstrip("+-").lstrip("0")) > _MAX_EXPONENT_DIGITS:
+            if suffix[1:2] == "-":
+                return Decimal(f"{sign}1e-30")  # vanishingly small: the API server rounds it up to 1n
+            raise ValueError(f"{q!r} is larger than {MAX_QUANTITY}")
+        exp10 = int(suffix[1:])
+    # log10 of the value lies in [lead, lead + 1) before the binary suffix (2^10 < 10^3.011).
+    lead = (len(whole) - 1 if whole else -(len(frac) - len(frac.lstrip("0"))) - 1) + exp10
+    if lead + pow2 * 3 // 10 > 19:  # at least 10^20
+        raise ValueError(f"{q!r} is larger than {MAX_QUANTITY}")
+    if lead + 1 + (pow2 * 302 + 999) // 1000 < _TINY_EXP10:
+        return Decimal(f"{sign}1e-30")
+    value = Decimal(f"{sign}{whole or '0'}.{frac or '0'}").scaleb(exp10) * (2**pow2)
+    if value > MAX_QUANTITY:
+        raise ValueError(f"{q!r} is larger than {MAX_QUANTITY}")
+    return value
+
+
+def quantity_error(q: object) -> str | None:
+    """What is wrong with a resource quantity of a container (requests, limits), or None."""
+    if (isinstance(q, str) and q.strip().startswith("-")) or (isinstance(q, int | float) and not isinstance(
+            q, bool) and q < 0):
+        return f"{_short(q)} is a negative quantity; write e.g. 500m, 2, 1Gi or 512Mi"
+    try:
+        quantity_value(q)
+    except ValueError as e:
+        if "larger than" in str(e):
+            return (f"{_short(q)} is larger than the largest quantity Kubernetes represents ({MAX_QUANTITY}, "
+                    "2^63-1); no node can offer it: write e.g. 500m, 2, 1Gi or 512Mi")
+        return f"{_short(q)} is not a quantity; write e.g. 500m, 2, 1Gi or 512Mi"
+    return None
+
+
+def _short(q: object) -> str:
+    text = repr(q)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text) - 2} characters)"
 
 AddError = Callable[[str, str], None]
 
@@ -141,10 +214,9 @@ def _check_resources(add: AddError, res: Any, path: str) -> None:
             add(f"{path}.{key}", f"must map resource names to quantities, got {m!r}")
             continue
         for rname, q in m.items():
-            ok = (isinstance(q, int | float) and not isinstance(q, bool) and q >= 0) or (
-                isinstance(q, str) and _QUANTITY.match(q) is not None and not q.startswith("-"))
-            if not ok:
-                add(f"{path}.{key}.{rname}", f"{q!r} is not a quantity; write e.g. 500m, 2, 1Gi or 512Mi")
+            why = quantity_error(q)
+            if why:
+                add(f"{path}.{key}.{rname}", why)
 
 
 # -- the ConfigMap ---------------------------------------------------------------------------------

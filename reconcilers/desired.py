@@ -14,7 +14,7 @@ import hashlib
 import json
 
 from reconcilers import names as n
-from reconcilers import podgroup
+from reconcilers import podgroup, workload_gang
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
@@ -31,7 +31,7 @@ SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
 # The pod's interface on the pod network (the CRI runtimes name it so). Hydra's proxies on the
 # workers dial back to the launcher by its hostname unless told an interface, whose address they
 # then use: a retried launcher's name is not in DNS for its first second or so, and a proxy that
-# cannot resolve it fails the attempt (docs/architecture.md section 8).
+# cannot resolve it fails the attempt (docs/architecture.md section 9).
 POD_INTERFACE = "eth0"
 
 
@@ -85,7 +85,7 @@ def launcher_fqdn(mpijob: Obj, config: Config) -> str:
 def launcher_host(mpijob: Obj, config: Config) -> str:
     """The launcher's name in the hostfile and discover_hosts.sh (runLauncherAsWorker): its FQDN,
     or for Hydra its bare hostname, the only name Hydra runs locally rather than by ssh
-    (docs/architecture.md section 8; it resolves everywhere through the pods' DNS search path)."""
+    (docs/architecture.md section 9; it resolves everywhere through the pods' DNS search path)."""
     if _spec(mpijob).get("mpiImplementation") in n.HYDRA_IMPLEMENTATIONS:
         return n.launcher_name(mpijob)
     return launcher_fqdn(mpijob, config)
@@ -261,6 +261,7 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     container = spec["containers"][0]
     _add_mount(container, SSH_VOLUME, _spec(mpijob)["sshAuthMountPath"])
     podgroup.decorate_template(template, mpijob, config)
+    workload_gang.decorate_template(template, mpijob, config)
     return template, container
 
 
@@ -317,7 +318,7 @@ def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
             env.append(("I_MPI_HYDRA_IFACE", POD_INTERFACE))
     else:  # MPICH
         # Hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; upstream's HYDRA_LAUNCH_EXTRA_ARGS is read by no
-        # MPICH (kept, for manifests and tools that look for it). docs/architecture.md section 8.
+        # MPICH (kept, for manifests and tools that look for it). docs/architecture.md section 9.
         env += [("HYDRA_HOST_FILE", HOSTFILE_PATH), ("HYDRA_LAUNCHER_EXTRA_ARGS", SSH_CONNECT_ARGS),
                 ("HYDRA_LAUNCH_EXTRA_ARGS", SSH_CONNECT_ARGS)]
         if _pod_network(mpijob):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import names as n
+from reconcilers import names
 from reconcilers.types import Obj, Patch, Ref
 
 
@@ -69,7 +69,7 @@ def merge_patch(old: Any, new: Any) -> Any:
 
 
 def template_hash_of(obj: Obj | None) -> str | None:
-    return _get(obj, "metadata", "annotations", n.TEMPLATE_HASH_ANNOTATION)
+    return _get(obj, "metadata", "annotations", names.TEMPLATE_HASH_ANNOTATION)
 
 
 class _Differ:

@@ -1,23 +1,30 @@
-"""The plan's part in gang scheduling (`--gang-scheduling`, reconcilers/podgroup.py for the objects).
+"""The plan's part in gang scheduling (`--gang-scheduling`): reconcilers/podgroup.py for the
+PodGroup of scheduler-plugins and Volcano, reconcilers/workload_gang.py for the Workload and PodGroup
+of Kubernetes' own Workload API.
 
-- `sync_pod_group`: the MPIJob's PodGroup, created before its workers while it runs and repaired.
-- `drop_pod_group`: deleted when the MPIJob is suspended (a resume creates it afresh) or finishes.
-- `gang_wait`: WaitingForGang=True (the State column) while the PodGroup waits for room for every
-  pod, and an Event when the whole gang is placed.
+- `sync_pod_group`: the MPIJob's gang objects, created before its workers while it runs and
+  repaired; says whether the MPIJob's pods may be created now.
+- `drop_pod_group`: deleted when the MPIJob is suspended (a resume creates them afresh) or finishes.
+- `gang_wait`: WaitingForGang=True (the State column) while the gang waits for room for every pod
+  (or, with the Workload API, while the cluster does not serve it), and an Event when the whole gang
+  is placed.
 Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from reconcilers import desired, podgroup, status
+from reconcilers import children, desired, ownership, podgroup, status, workload_gang
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.types import Create
+from reconcilers.types import Create, Obj
 
 
-def sync_pod_group(ctx: JobContext, draft: Draft) -> None:
+def sync_pod_group(ctx: JobContext, draft: Draft) -> bool:
+    """The gang's objects created or repaired; False while no pod of the MPIJob may be created."""
+    if workload_gang.enabled(ctx.config):
+        return _sync_workload_gang(ctx, draft)
     if not podgroup.enabled(ctx.config):
-        return
+        return True
     want = podgroup.pod_group(ctx.job, ctx.config, desired.owner_reference(ctx.job))
     have = ctx.observed.pod_group
     if have is None:
@@ -26,25 +33,71 @@ def sync_pod_group(ctx: JobContext, draft: Draft) -> None:
         patch = podgroup.diff_pod_group(want, have)
         if patch:
             draft.plan.patches.append(patch)
+    return True
+
+
+def _sync_workload_gang(ctx: JobContext, draft: Draft) -> bool:
+    if ctx.config.gang_unavailable:
+        return False  # no gang can be formed: gang_wait says why, and no pod starts without one
+    owner = desired.owner_reference(ctx.job)
+    may_start = True
+    for want, have in ((workload_gang.workload(ctx.job, owner), ctx.observed.workload),
+                       (workload_gang.pod_group(ctx.job, owner), ctx.observed.pod_group)):
+        if have is None:
+            draft.plan.creates.append(Create(want))
+        elif not ctx.owned(have):
+            continue  # a clash, reported by the plan
+        elif ownership.deleting(have):
+            # The group of the run before a suspend, kept by the API server while pods of that run
+            # still stop: pods made now would join it and keep it alive. Wait, unless this run's pods
+            # already exist (someone deleted the group mid-run): they keep running as they are.
+            if not any(_alive(p) for p in ctx.pods.launchers + ctx.pods.workers):
+                may_start = False
+                draft.requeue(children.STALE_RECHECK_SECONDS)
+        else:
+            patch = workload_gang.diff(want, have)
+            if patch:
+                draft.plan.patches.append(patch)
+    return may_start
+
+
+def _alive(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not ownership.deleting(pod)
 
 
 def drop_pod_group(ctx: JobContext, draft: Draft, reason: str) -> None:
     status.remove_condition(draft.status, podgroup.WAITING_CONDITION)
-    have = ctx.observed.pod_group
-    if podgroup.enabled(ctx.config) and ctx.owned(have) and not (have.get("metadata") or {}).get("deletionTimestamp"):
-        draft.delete(have, reason)
+    if workload_gang.enabled(ctx.config):
+        objs = (ctx.observed.pod_group, ctx.observed.workload)
+    else:
+        objs = (ctx.observed.pod_group,) if podgroup.enabled(ctx.config) else ()
+    for have in objs:
+        if ctx.owned(have) and not ownership.deleting(have):
+            draft.delete(have, reason)
 
 
 def gang_wait(ctx: JobContext, draft: Draft, running: bool) -> None:
     have = ctx.observed.pod_group if ctx.owned(ctx.observed.pod_group) else None
-    msg = None if running or not podgroup.enabled(ctx.config) else podgroup.waiting_message(have, ctx.key)
+    etype, reason, msg, placed = "Normal", podgroup.R_WAITING, None, ""
+    if workload_gang.enabled(ctx.config):
+        if ctx.config.gang_unavailable:
+            etype, reason = "Warning", workload_gang.R_UNAVAILABLE
+            msg = f"MPIJob {ctx.key} cannot start: {ctx.config.gang_unavailable}."
+        elif not running:
+            msg = workload_gang.waiting_message(have, ctx.key)
+        placed = "scheduled" if have is not None else "gone"
+    elif podgroup.enabled(ctx.config):
+        msg = None if running else podgroup.waiting_message(have, ctx.key)
+        placed = podgroup.phase(have) or "gone"
+    current = status.get_condition(draft.status, podgroup.WAITING_CONDITION)
     if msg is not None:
         # Set when the wait begins only: the phase flips between Pending and Scheduling while pods
-        # wait at the scheduler's Permit, and each new message would be one more status write.
-        if not status.is_true(draft.status, podgroup.WAITING_CONDITION):
-            draft.condition(podgroup.WAITING_CONDITION, "True", podgroup.R_WAITING, msg)
-            draft.event("Normal", podgroup.R_WAITING, msg)
-    elif status.get_condition(draft.status, podgroup.WAITING_CONDITION) is not None:
+        # wait at the scheduler's Permit (and the scheduler rewrites its message each attempt), and
+        # each new message would be one more status write.
+        if not status.is_true(draft.status, podgroup.WAITING_CONDITION) or (current or {}).get("reason") != reason:
+            draft.condition(podgroup.WAITING_CONDITION, "True", reason, msg)
+            draft.event(etype, reason, msg)
+    elif current is not None:
         status.remove_condition(draft.status, podgroup.WAITING_CONDITION)
         draft.event("Normal", podgroup.R_GANG_SCHEDULED,
-                    f"MPIJob {ctx.key}: the whole gang is placed (PodGroup {podgroup.phase(have) or 'gone'}).")
+                    f"MPIJob {ctx.key}: the whole gang is placed (PodGroup {placed}).")

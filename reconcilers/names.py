@@ -37,7 +37,7 @@ BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
 # MPIs whose process manager is Hydra (MPICH, Intel MPI): it runs a host's proxy by fork only when
 # the hostfile names that host exactly as gethostname() does, and by ssh otherwise (even for a name
 # that resolves to its own address). With runLauncherAsWorker the launcher, which runs no sshd, is
-# therefore written as its bare hostname (docs/architecture.md section 8).
+# therefore written as its bare hostname (docs/architecture.md section 9).
 HYDRA_IMPLEMENTATIONS = frozenset({"Intel", "MPICH"})
 
 

@@ -101,7 +101,7 @@ def _finished_at(pod: dict) -> list:
 
 def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
     """What shows that a worker was lost while the launcher pod that Succeeded ran
-    (docs/architecture.md section 8): the Restarting condition a worker loss set at or after that
+    (docs/architecture.md section 9): the Restarting condition a worker loss set at or after that
     pod's start, the worker Job created anew during its run, or a worker pod deleted or ended
     between the pod's start and its end. Only an MPI whose mpirun exits 0 after
     losing a host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""

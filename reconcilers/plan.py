@@ -24,7 +24,7 @@ Each policy is a module of pure functions over one JobContext (reconcilers/conte
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
 refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup). This module keeps
+workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup, Workload). This module keeps
 the order of decisions and the state dispatch.
 
 Expressed in the Plan:
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import children, context, desired, diff, gang, outcome, ownership, status
+from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
@@ -85,6 +85,7 @@ def _run(inputs: Inputs) -> Plan:
         draft.event("Normal", status.R_CREATED, f"MPIJob {draft.key} is created.")
 
     ctx = context.build(inputs, job, choice, config)
+    draft.plan.events += predecessor.report_stuck(draft.status, list(ctx.pods.stale), ctx.namespace, ctx.now)
     outcome.name_clash(draft, ownership.clash(job, ctx.observed, ctx.workers, ctx.stale_children, ctx.key)
                        or inputs.taken)
     if ctx.stale_children and not draft.finished():
@@ -127,9 +128,9 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft) -> None:
     children.shared_children(ctx, draft)
-    gang.sync_pod_group(ctx, draft)
-    children.sync_workers(ctx, draft, running=True)
-    children.sync_launcher(ctx, draft, running=True)
+    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
+        children.sync_workers(ctx, draft, running=True)
+        children.sync_launcher(ctx, draft, running=True)
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)

@@ -27,16 +27,19 @@ MPIJob. Nothing here does I/O.
 
 from __future__ import annotations
 
-import re
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from reconcilers import apilimits
 from reconcilers import names as n
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import merge_patch, ref_of
 from reconcilers.types import Config, Obj, Patch
 
 VOLCANO = "volcano"
+# The --gang-scheduling value of Kubernetes' own Workload API (reconcilers/workload_gang.py), not a
+# scheduler-plugins schedulerName.
+WORKLOAD = "workload"
 KIND = "PodGroup"
 SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
@@ -56,7 +59,8 @@ WAITING_PHASES = ("Pending", "Scheduling", "Inqueue")
 
 
 def enabled(config: Config) -> bool:
-    return bool(config.gang_scheduler)
+    """A PodGroup of scheduler-plugins or Volcano (the Workload API's are workload_gang.py's)."""
+    return bool(config.gang_scheduler) and config.gang_scheduler != WORKLOAD
 
 
 def api_version(config: Config) -> str:
@@ -98,19 +102,13 @@ def min_member(mpijob: Obj) -> int:
 
 # -- quantities -----------------------------------------------------------------------------------
 
-_SUFFIX = {"": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
-           "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-           "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 
 def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes resource quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError if malformed."""
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"not a quantity: {value!r}")
-    return Decimal(m.group(1)) * Decimal(_SUFFIX[m.group(2)])
+    """A Kubernetes resource quantity ("500m", "2Gi", "1e3", 4) as a number; ValueError if malformed or
+    beyond what Kubernetes represents. Bounded work whatever the text (apilimits.quantity_value)."""
+    return apilimits.quantity_value(value)
 
 
 def format_quantity(q: Decimal) -> str:

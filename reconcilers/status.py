@@ -35,7 +35,7 @@ R_INVALID = "InvalidSpec"
 R_RESOURCE_EXISTS = "ResourceExists"
 R_DEADLINE = "DeadlineExceeded"
 # Failed reason: the launcher exited 0 although a worker was lost during its run (Open MPI 5's
-# mpirun does; docs/architecture.md section 8).
+# mpirun does; docs/architecture.md section 9).
 R_WORKER_LOST = "WorkerLostDuringRun"
 # Why Restarting is set when a worker pod ended, or is not Ready, while the MPIJob runs.
 WORKER_LOST_WHY = "a worker failed or was lost"

@@ -29,9 +29,13 @@ class Config:
     cluster_domain: str = ""
     # The value of runPolicy.managedBy that this operator acts on (unset also means us).
     controller_name: str = "kubeflow.org/mpi-operator"
-    # --gang-scheduling: "" (off), "volcano", or the schedulerName of a scheduler-plugins
-    # Coscheduling scheduler (reconcilers/podgroup.py).
+    # --gang-scheduling: "" (off), "volcano", "workload" (Kubernetes' Workload API,
+    # reconcilers/workload_gang.py), or the schedulerName of a scheduler-plugins Coscheduling
+    # scheduler (reconcilers/podgroup.py).
     gang_scheduler: str = ""
+    # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
+    # "" when it can. Every MPIJob then says so instead of starting without its gang.
+    gang_unavailable: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Observed:
     other_workers: Obj | None = None
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
     pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
+    workload: Obj | None = None  # the scheduling.k8s.io Workload `<name>` (--gang-scheduling=workload)
 
 
 @dataclass(frozen=True)

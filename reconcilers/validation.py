@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import apilimits as lim
-from reconcilers import defaults as d
+from reconcilers import apilimits, defaults, workload_gang
 from reconcilers import names as n
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
 from reconcilers.names import BACKEND_ANNOTATION
@@ -26,7 +25,7 @@ CLEAN_POD_POLICIES = ("Running", "All", "None")
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 RESTART_POLICIES = ("Never", "OnFailure")
-REPLICA_TYPES = (d.LAUNCHER, d.WORKER)
+REPLICA_TYPES = (defaults.LAUNCHER, defaults.WORKER)
 RESERVED_VOLUMES = ("ssh-auth", "mpi-job-config")
 # The Indexed Job API caps parallelism at 10^5; a StatefulSet this big is unreasonable too.
 MAX_WORKERS = 100_000
@@ -76,7 +75,7 @@ def validate(mpijob: Any, config: Config | None = None) -> list[FieldError]:
     """Every problem of `mpijob` (after defaulting), as field errors; [] when it can be run. `config`
     gives the cluster domain, which the hostfile's length (and so the worker limit) depends on."""
     try:
-        return _validate(d.with_defaults(mpijob), config or Config())
+        return _validate(defaults.with_defaults(mpijob), config or Config())
     except Exception as e:  # pragma: no cover - a last resort: validation must never raise
         return [FieldError("spec", f"cannot be read ({type(e).__name__}); check the manifest's structure")]
 
@@ -105,7 +104,7 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
         for key in specs:
             if key not in REPLICA_TYPES:
                 c.add(f"spec.mpiReplicaSpecs.{key}", "unknown replica type; only Launcher and Worker exist")
-        if specs.get(d.LAUNCHER) is None:
+        if specs.get(defaults.LAUNCHER) is None:
             c.add("spec.mpiReplicaSpecs.Launcher", "is required; add a Launcher with replicas: 1 and a template")
         for rtype in REPLICA_TYPES:
             rs = specs.get(rtype)
@@ -118,9 +117,9 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
             replicas = rs.get("replicas")
             if not _is_int(replicas):
                 c.add(f"{path}.replicas", f"must be an integer, got {replicas!r}")
-            elif rtype == d.LAUNCHER and replicas != 1:
+            elif rtype == defaults.LAUNCHER and replicas != 1:
                 c.add(f"{path}.replicas", f"must be 1 (one launcher runs mpirun), got {replicas}; set it to 1")
-            elif rtype == d.WORKER:
+            elif rtype == defaults.WORKER:
                 if replicas < 0:
                     c.add(f"{path}.replicas", f"must be >= 0, got {replicas}; set the number of workers")
                 elif replicas > MAX_WORKERS:
@@ -156,6 +155,8 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
         if sp is not None and not isinstance(sp, dict):
             c.add(f"{path}.schedulingPolicy", f"must be an object, got {sp!r}")
 
+    for path, message in workload_gang.problems(job, config):
+        c.add(path, message)
     if name is not None:
         _validate_name(c, name, workers)
         if workers and not any(e.path == "metadata.name" for e in c.errors):
@@ -180,14 +181,14 @@ def _validate_config_map_size(c: _Checker, job: dict, config: Config, workers: i
         return  # reported above
 
     def fits(w: int) -> bool:
-        return lim.config_map_bytes(n.job_name(job), n.job_namespace(job), config.cluster_domain, slots, impl,
-                                    bool(spec.get("runLauncherAsWorker")), w) <= lim.MAX_CONFIG_MAP_BYTES
+        return apilimits.config_map_bytes(n.job_name(job), n.job_namespace(job), config.cluster_domain, slots, impl,
+                                    bool(spec.get("runLauncherAsWorker")), w) <= apilimits.MAX_CONFIG_MAP_BYTES
 
     if not fits(workers):
-        most = lim.max_workers(fits, workers)
-        c.add(f"spec.mpiReplicaSpecs.{d.WORKER}.replicas",
+        most = apilimits.max_workers(fits, workers)
+        c.add(f"spec.mpiReplicaSpecs.{defaults.WORKER}.replicas",
               f"{workers} workers do not fit: their hostfile and discover_hosts.sh would exceed the "
-              f"ConfigMap limit of {lim.MAX_CONFIG_MAP_BYTES} bytes (1 MiB); at most {most} workers fit for "
+              f"ConfigMap limit of {apilimits.MAX_CONFIG_MAP_BYTES} bytes (1 MiB); at most {most} workers fit for "
               "this MPIJob's name, namespace and slotsPerWorker; use that many or fewer")
 
 
@@ -218,7 +219,7 @@ def _validate_template(c: _Checker, template: Any, path: str) -> None:
             if m is not None and not (isinstance(m, dict) and all(
                     isinstance(k, str) and isinstance(v, str) for k, v in m.items())):
                 c.add(f"{path}.metadata.{key}", "must map strings to strings; quote numbers and booleans")
-        lim.check_metadata(c.add, meta, f"{path}.metadata")
+        apilimits.check_metadata(c.add, meta, f"{path}.metadata")
     spec = template.get("spec")
     if not isinstance(spec, dict):
         c.add(f"{path}.spec", "is required: a pod spec with at least one container")
@@ -256,7 +257,7 @@ def _validate_template(c: _Checker, template: Any, path: str) -> None:
                     c.add(f"{path}.spec.volumes[{i}].name",
                           f"{v['name']!r} is reserved for the operator's volumes "
                           f"({', '.join(RESERVED_VOLUMES)}); rename the volume")
-    lim.check_pod_spec(c.add, spec, f"{path}.spec", RESERVED_VOLUMES)
+    apilimits.check_pod_spec(c.add, spec, f"{path}.spec", RESERVED_VOLUMES)
     for key in ("nodeSelector",):
         m = spec.get(key)
         if m is not None and not isinstance(m, dict):

@@ -88,3 +88,24 @@ def simulated_mpijob(name: str, *, workers: int = 2, launcher_runs: str | None =
     return mpijob(name, workers=workers, slots=slots, labels=labels, policy=policy,
                   launcher_annotations=launcher_ann,
                   run_policy={"cleanPodPolicy": "Running", **(run_policy or {})})
+
+
+def refuse_jobs_policy(name: str, namespace: str, who: str) -> dict:
+    """A ValidatingAdmissionPolicy and its binding (as a List) that refuse, with 403 Forbidden, every
+    Job named blocked-* created in `namespace`: what a webhook or a quota that refuses does, a
+    transient refusal for the operator (Blocked, retried with backoff)."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["jobs"]}]},
+                 "validations": [{"expression": "!object.metadata.name.startsWith('blocked-')",
+                                  "message": f"blocked by {who}'s admission policy", "reason": "Forbidden"}]}}
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": namespace}}}}}
+    return {"apiVersion": "v1", "kind": "List", "items": [policy, binding]}

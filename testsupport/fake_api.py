@@ -3,8 +3,9 @@ watches), the executor (writes) and the controller over both. Not a stand-in for
 behaviour (integration and e2e tests run the real one): each answer is the test's own.
 
 - `request` answers a GET with the next of `list_pages` while there are any (an informer's list),
-  anything else with the next of `answers` (the last one repeats); an exception is raised, any
-  other value returned; with neither, an empty object at resourceVersion 1.
+  anything else with the next of `answers` (the last one repeats), else with what `respond(method,
+  path, body)` returns; an exception is raised, any other value returned; with none of these, an
+  empty object at resourceVersion 1.
 - `stream` (a watch) answers with the next of `watch_scripts`: a FakeStream, or an exception.
 Every call is recorded: `calls` (method, path, body), `list_queries`, `watch_queries`.
 """
@@ -44,8 +45,10 @@ class FakeStream:
 
 
 class FakeApi:
-    def __init__(self, *answers: Any, on_request: Callable[[], None] | None = None) -> None:
+    def __init__(self, *answers: Any, on_request: Callable[[], None] | None = None,
+                 respond: Callable[[str, str, Any], Any] | None = None) -> None:
         self.answers: list = list(answers)
+        self.respond = respond
         self.list_pages: list = []
         self.watch_scripts: list = []
         self.calls: list[tuple[str, str, Any]] = []
@@ -66,8 +69,15 @@ class FakeApi:
                 answer = self.list_pages.pop(0)
             elif self.answers:
                 answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-            else:
+            elif self.respond is None:
                 answer = EMPTY
+            else:
+                answer = None
+        if answer is None:
+            try:
+                answer = self.respond(method, path, body)  # type: ignore[misc]
+            except BaseException as e:  # raised below, as a scripted exception is
+                answer = e
         if self.on_request:
             self.on_request()
         if isinstance(answer, BaseException):

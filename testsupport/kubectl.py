@@ -9,7 +9,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from reconcilers.names import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    OPERATOR_NAME,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    ROLE_WORKER,
+)
 from testsupport.paths import CRD, ROOT
 from testsupport.waiting import wait_until
 
@@ -82,3 +89,21 @@ def events(kubectl: Callable, ns: str, name: str) -> list[dict]:
 
 def now() -> float:
     return time.monotonic()
+
+
+def install_replica_index_policy(kubectl: Callable) -> None:
+    """manifests/admission's policies, as `make deploy` installs them (cluster-wide, idempotent), and
+    in effect: the API server applies a new policy a moment after it is created (its admission plugin
+    watches policies), so a dry-run worker pod is made until it comes back with its replica-index."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "manifests" / "admission"))
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "replica-index-probe", "namespace": "default", "labels": {
+                 OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_ROLE_LABEL: ROLE_WORKER,
+                 "batch.kubernetes.io/job-completion-index": "2"}},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    def effective() -> bool:
+        r = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe), check=False)
+        return r.returncode == 0 and json.loads(r.stdout)["metadata"]["labels"].get(REPLICA_INDEX_LABEL) == "2"
+
+    wait_until(effective, timeout=60, what="the replica-index policy in effect")

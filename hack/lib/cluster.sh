@@ -53,6 +53,12 @@ healthy() {
     kubectl_admin get --raw /readyz >/dev/null 2>&1
 }
 
+workload_api_served() {  # the API server serves Workloads and PodGroups of scheduling.k8s.io/v1beta1
+  local r
+  r=$(kubectl_admin api-resources --api-group=scheduling.k8s.io -o name 2>/dev/null) || return 1
+  grep -qx "workloads.scheduling.k8s.io" <<<"$r" && grep -qx "podgroups.scheduling.k8s.io" <<<"$r"
+}
+
 nodes_ready() {  # nodes_ready <n>: at least n kwok nodes are Ready
   local n
   n=$(kubectl_admin get nodes -l type=kwok \

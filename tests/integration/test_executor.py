@@ -11,7 +11,7 @@ import pytest
 from client.errors import ApiError
 from client.resources import CONFIGMAPS, MPIJOBS
 from client.rest import RestClient
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild
+from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from testsupport import builders
 from testsupport.paths import ROOT
@@ -170,10 +170,13 @@ def test_a_patch_is_a_json_merge_patch_lists_replaced_whole(client, mpijob, name
     assert [(p["name"], p["port"]) for p in got["spec"]["ports"]] == [("b", 81)]
 
 
-def test_a_patch_of_a_missing_object_is_an_error(client, mpijob, namespace):
-    with pytest.raises(ApiError) as e:
-        executor(client).apply(mpijob, Plan(patches=[Patch(Ref("v1", "ConfigMap", namespace, "nope"), {"data": {}})]))
-    assert e.value.status == 404
+def test_a_patch_of_a_missing_object_is_gone_not_refused(client, mpijob, namespace):
+    """Issue 24 item 7: the API server's 404 on a patch (the object deleted since the cache showed
+    it) is ObjectGone, a race the controller requeues quietly, not a refusal shown as Blocked."""
+    with pytest.raises(ObjectGone):
+        res = executor(client).apply(mpijob, Plan(patches=[Patch(Ref("v1", "ConfigMap", namespace, "nope"),
+                                                                 {"data": {}})]))
+        assert res.refused is None, res.refused
 
 
 def test_status_through_the_subresource_and_dropped_fields_cleared(client, mpijob, namespace):

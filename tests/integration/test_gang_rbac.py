@@ -1,10 +1,10 @@
 """manifests/gang-scheduling/: the operator's extra RBAC for each PodGroup group, against the real
 authorizer of the local cluster (the helpers of test_manifests.py).
 
-Each directory holds exactly the verbs the operator uses on the PodGroups of its group and nothing
-for the other group. The ClusterRole is bound here with a RoleBinding in the test's namespace only:
-a ClusterRoleBinding would change the ServiceAccount's cluster-wide rules that test_manifests.py
-checks, maybe at the same time, on the same cluster.
+Each directory holds exactly the verbs the operator uses on the PodGroups of its group (and, for the
+Workload API, its Workloads) and nothing for the other groups. The ClusterRole is bound here with a
+RoleBinding in the test's namespace only: a ClusterRoleBinding would change the ServiceAccount's
+cluster-wide rules that test_manifests.py checks, maybe at the same time, on the same cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
-GROUPS = {"scheduler-plugins": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh"}
+GROUPS = {"scheduler-plugins": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh",
+          "workload": "scheduling.k8s.io"}
+# The Workload API's flavor (--gang-scheduling=workload) has its Workloads besides the PodGroups.
+RESOURCES = {"scheduler-plugins": ["podgroups"], "volcano": ["podgroups"], "workload": ["workloads", "podgroups"]}
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 
 
@@ -28,7 +31,7 @@ def test_renders_one_cluster_role_for_its_group(kubectl, flavor):
     docs = render(kubectl, MANIFESTS / "gang-scheduling" / flavor)
     assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding"]
     role = next(d for d in docs if d["kind"] == "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [GROUPS[flavor]], "resources": ["podgroups"],
+    assert role["rules"] == [{"apiGroups": [GROUPS[flavor]], "resources": RESOURCES[flavor],
                               "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]
     binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -48,16 +51,18 @@ def test_grants_exactly_the_podgroup_verbs(kubectl, namespace, flavor):
                            "name": role["metadata"]["name"]},
                "subjects": [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": NS}]}
     kubectl("apply", "-f", "-", input=json.dumps(binding))
-    group, other = GROUPS[flavor], next(g for f, g in GROUPS.items() if f != flavor)
+    group = GROUPS[flavor]
     wait_until(lambda: can_i(kubectl, "create", f"podgroups.{group}", namespace), 30,
                what="the PodGroup RoleBinding to take effect")
 
     nobody = f"system:serviceaccount:{NS}:nobody-{uuid.uuid4().hex[:6]}"
     extra = rules_of(kubectl, SA, namespace) - rules_of(kubectl, nobody, namespace)
-    gained = {(g, r, v) for g, r, v in extra if "podgroup" in r}
-    assert gained == {(group, "podgroups", v) for v in VERBS}, sorted(gained)
-    for verb in ("update", "deletecollection"):
-        assert not can_i(kubectl, verb, f"podgroups.{group}", namespace)
-    assert not can_i(kubectl, "patch", f"podgroups.{group}/status", namespace)
-    assert not can_i(kubectl, "create", f"podgroups.{other}", namespace)
-    assert not can_i(kubectl, "list", f"podgroups.{group}", "")
+    gained = {(g, r, v) for g, r, v in extra if "podgroup" in r or "workload" in r}
+    assert gained == {(group, r, v) for r in RESOURCES[flavor] for v in VERBS}, sorted(gained)
+    for resource in RESOURCES[flavor]:
+        for verb in ("update", "deletecollection"):
+            assert not can_i(kubectl, verb, f"{resource}.{group}", namespace)
+        assert not can_i(kubectl, "patch", f"{resource}.{group}/status", namespace)
+        assert not can_i(kubectl, "list", f"{resource}.{group}", "")
+    for other in set(GROUPS.values()) - {group}:
+        assert not can_i(kubectl, "create", f"podgroups.{other}", namespace)

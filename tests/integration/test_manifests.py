@@ -164,6 +164,7 @@ def test_kustomizations_render_the_expected_objects(kubectl):
         ("Deployment", NS, "mpi-operator"),
         ("PodDisruptionBudget", NS, "mpi-operator"),
         ("Service", NS, "mpi-operator-metrics"),
+        ("NetworkPolicy", NS, "mpi-operator"),
     }
     monitoring = render(kubectl, MANIFESTS / "monitoring")
     assert sorted((d["apiVersion"], d["kind"]) for d in monitoring) == [
@@ -189,10 +190,10 @@ def test_deployment_is_what_the_operator_expects(kubectl):
     assert deploy["spec"]["replicas"] == 2
     assert spec["serviceAccountName"] == "mpi-operator"
     assert c["args"] == ["--leader-elect", "--leader-election-namespace=mpi-operator", "--worker-backend=job",
-                         "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+                         "--metrics-bind-address=$(POD_IP):8080", "--health-probe-bind-address=$(POD_IP):8081",
                          "--log-format=json"]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
-    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert env == {"POD_IP": "status.podIP", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -211,6 +212,25 @@ def test_deployment_is_what_the_operator_expects(kubectl):
     assert svc["spec"]["selector"].items() <= labels.items()
 
 
+def test_hardened_metrics_bind_the_pod_ip_and_only_prometheus_may_scrape(kubectl):
+    """Issue 24 item 12: the shipped Deployment serves /metrics and the probes on the pod's IP only
+    (never on every address), and a NetworkPolicy admits only Prometheus pods, to the metrics port
+    alone (the kubelet's probes come from the node, which a NetworkPolicy always admits)."""
+    rendered = render(kubectl, MANIFESTS / "operator")
+    deploy = next(d for d in rendered if d["kind"] == "Deployment")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    binds = [a for a in c["args"] if "bind-address" in a]
+    assert binds and all(a.split("=", 1)[1].startswith("$(POD_IP):") for a in binds), binds
+    assert "POD_IP" in {e["name"] for e in c["env"]}
+    (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [{"app.kubernetes.io/name": "prometheus"}]
+
+
 # -- the real API server --------------------------------------------------------------------------
 
 
@@ -218,6 +238,7 @@ def test_manifests_are_accepted_by_the_api_server(kubectl, rbac, get_json):
     # the namespace exists now (rbac fixture), so the namespaced objects can be dry-run too
     out = kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "operator")).stdout
     assert "deployment.apps/mpi-operator" in out and "service/mpi-operator-metrics" in out
+    assert "networkpolicy.networking.k8s.io/mpi-operator" in out
     kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "rbac"))
     if kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False).returncode == 0:
         kubectl("apply", "--dry-run=server", "-k", str(MANIFESTS / "monitoring"))

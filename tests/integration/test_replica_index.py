@@ -16,7 +16,7 @@ from reconcilers import desired
 from reconcilers.defaults import with_defaults
 from reconcilers.types import Config
 from tests.crd_fuzz import base_mpijob
-from testsupport.paths import ROOT
+from testsupport.kubectl import install_replica_index_policy
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -29,20 +29,7 @@ WORKERS = 3
 
 @pytest.fixture(scope="module")
 def policy(kubectl) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "manifests" / "admission"))
-    # The API server starts applying a new policy a moment after it is created (its admission
-    # plugin watches policies): wait until a dry-run pod comes back labelled.
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "replica-index-probe", "namespace": "default", "labels": {
-                 "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-role": "worker",
-                 "batch.kubernetes.io/job-completion-index": "2"}},
-             "spec": {"containers": [{"name": "c", "image": "x"}]}}
-
-    def effective() -> bool:
-        r = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe), check=False)
-        return r.returncode == 0 and json.loads(r.stdout)["metadata"]["labels"].get(INDEX) == "2"
-
-    wait_until(effective, timeout=60, what="the replica-index policy in effect")
+    install_replica_index_policy(kubectl)
 
 
 def _unowned(obj: dict) -> dict:

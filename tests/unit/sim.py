@@ -66,6 +66,8 @@ def slot_of(job: dict, kind: str, name: str) -> str | None:
         return SLOTS[kind]
     if kind == "PodGroup":
         return "pod_group"
+    if kind == "Workload":
+        return "workload"
     if name == n.launcher_name(job):
         return "launcher"
     if name == n.worker_name(job):

@@ -7,8 +7,18 @@ import tenacity
 import urllib3
 
 from client.errors import ApiError
-from controller.executor import Executor, ForeignObject, NotLeader, PredecessorChild, _retriable, _wait
+from controller.executor import (
+    Executor,
+    ForeignObject,
+    NotLeader,
+    ObjectGone,
+    PredecessorChild,
+    Refused,
+    _retriable,
+    _wait,
+)
 from reconcilers.types import Create, Patch, Plan, Ref
+from testsupport.fake_api import FakeApi
 
 
 def api_error(status: int, reason: str, message: str = "") -> ApiError:
@@ -51,22 +61,6 @@ def test_retry_after_is_honoured_up_to_ten_seconds(retry_after, wait):
     assert _wait(state) == wait
 
 
-class FakeClient:
-    """Answers each request with the next of `answers`: an exception is raised, anything else returned."""
-
-    def __init__(self, *answers, on_request=None) -> None:
-        self.answers, self.calls, self.on_request = list(answers), [], on_request
-
-    def request(self, method, path, **kw):
-        self.calls.append((method, path))
-        if self.on_request:
-            self.on_request()
-        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-
 OK = {"metadata": {"resourceVersion": "7"}}
 REF = Ref("v1", "ConfigMap", "ns", "pi-config")
 
@@ -78,16 +72,19 @@ def transient(status: int = 503) -> ApiError:
 @pytest.mark.parametrize("answers,calls,outcome", [
     ([transient(), transient(409), OK], 3, "7"),
     ([ConnectionResetError(), OK], 2, "7"),
-    ([transient()], 5, ApiError),  # gives up after five attempts; the work queue retries later
-    ([ApiError(404, "NotFound", "")], 1, ApiError),
-    ([ApiError(422, "Invalid", "")], 1, ApiError),
+    ([transient()], 5, Refused),  # gives up after five attempts: reported (Blocked), retried later
+    ([ApiError(404, "NotFound", "")], 1, ObjectGone),  # deleted meanwhile: a race, not a refusal
+    ([ApiError(422, "Invalid", "")], 1, Refused),  # reported in the result, not raised
 ])
 def test_executor_retries_transient_failures_only(answers, calls, outcome):
-    client = FakeClient(*answers)
+    client = FakeApi(*answers)
     ex = Executor(client, is_leader=lambda: True, component="c", instance="i")
     if isinstance(outcome, str):
         res = ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
         assert res.written[("configmaps", "ns", "pi-config")] == outcome
+    elif outcome is Refused:
+        res = ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
+        assert isinstance(res.refused, Refused) and res.refused.status == answers[0].status
     else:
         with pytest.raises(outcome):
             ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
@@ -98,7 +95,7 @@ def test_a_retry_after_the_lease_is_lost_is_not_sent():
     """The leader guard holds for every attempt, not only the first: a replica that lost its Lease while
     backing off must not write over the new leader."""
     leading = [True]
-    client = FakeClient(transient(), OK, on_request=lambda: leading.__setitem__(0, False))
+    client = FakeApi(transient(), OK, on_request=lambda: leading.__setitem__(0, False))
     ex = Executor(client, is_leader=lambda: leading[0], component="c", instance="i")
     with pytest.raises(NotLeader):
         ex.apply({}, Plan(patches=[Patch(REF, {"data": {}})]))
@@ -125,7 +122,7 @@ def ours(uid: str = "uid-pi", name: str = "pi", kind: str = "MPIJob") -> dict:
     ([EXISTS, {"metadata": {"resourceVersion": "9"}}], ForeignObject),
 ])
 def test_create_meeting_already_exists(answers, outcome):
-    ex = Executor(FakeClient(*answers), is_leader=lambda: True, component="c", instance="i")
+    ex = Executor(FakeApi(*answers), is_leader=lambda: True, component="c", instance="i")
     plan = Plan(creates=[Create(CM)])
     if isinstance(outcome, str):
         assert ex.apply(JOB, plan).written[("configmaps", "ns", "pi-config")] == outcome

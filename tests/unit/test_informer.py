@@ -12,11 +12,13 @@ import urllib3
 
 from client.errors import ApiError
 from client.resources import CONFIGMAPS, PODS
+from informers import reflector as reflector_mod
 from informers.factory import InformerFactory
 from informers.informer import SharedInformer
 from informers.reflector import Backoff, Reflector
 from informers.store import DeletedFinalStateUnknown
 from informers.transforms import slim_pod, strip_managed_fields
+from testsupport.fake_api import FakeApi, FakeStream
 
 
 def cm(name, rv, data="x"):
@@ -25,54 +27,6 @@ def cm(name, rv, data="x"):
 
 def ev(typ, o):
     return {"type": typ, "object": o}
-
-
-class FakeStream:
-    """Yields its events, then either ends (a normal close) or blocks until shut down."""
-
-    def __init__(self, events, end=True):
-        self.events, self.end = events, end
-        self.cut = threading.Event()
-
-    def __iter__(self):
-        for e in self.events:
-            if isinstance(e, BaseException):
-                raise e
-            yield e
-        if not self.end:
-            self.cut.wait()
-            raise urllib3.exceptions.ProtocolError("connection cut")
-
-    def shutdown(self):
-        self.cut.set()
-
-    def close(self):
-        self.cut.set()
-
-
-class FakeClient:
-    def __init__(self):
-        self.list_pages: list = []  # each: dict page, or an exception
-        self.watch_scripts: list = []  # each: FakeStream or an exception
-        self.list_queries: list[dict] = []
-        self.watch_queries: list[dict] = []
-        self.lock = threading.Lock()
-
-    def request(self, method, path, *, query=None, body=None, content_type="", timeout=30):
-        with self.lock:
-            self.list_queries.append(dict(query or {}))
-            page = self.list_pages.pop(0) if self.list_pages else {"metadata": {"resourceVersion": "1"}}
-        if isinstance(page, BaseException):
-            raise page
-        return page
-
-    def stream(self, path, query=None, timeout=80):
-        with self.lock:
-            self.watch_queries.append(dict(query or {}))
-            script = self.watch_scripts.pop(0) if self.watch_scripts else FakeStream([], end=False)
-        if isinstance(script, BaseException):
-            raise script
-        return script
 
 
 def page(items, rv, cont=""):
@@ -121,7 +75,7 @@ def make(client, **kw):
 
 @pytest.fixture
 def client():
-    return FakeClient()
+    return FakeApi()
 
 
 def test_list_then_watch_events_in_order(client):
@@ -404,8 +358,10 @@ def test_slim_pod_keeps_what_the_controller_reads():
     assert strip_managed_fields(pod)["metadata"].keys() == s["metadata"].keys()
 
 
-def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
-    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut."""
+def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client, monkeypatch):
+    """Issue #14: cuts grew the backoff, and a watch with no events kept it grown for the next cut.
+    A quiet watch counts as good once it lasted MIN_GOOD_WATCH_SECONDS (issue 24: not at once)."""
+    monkeypatch.setattr(reflector_mod, "MIN_GOOD_WATCH_SECONDS", 0.05)
     client.list_pages = [page([cm("a", 5)], 10)]
     client.watch_scripts = [ConnectionResetError("cut")] * 5 + [FakeStream([], end=False)]
     inf, rec = make(client)
@@ -421,14 +377,19 @@ def test_backoff_resets_once_a_watch_is_reestablished_even_a_quiet_one(client):
             time.sleep(0.005)
         assert inf.reflector.current_stream is not None
         assert grown == [0.001, 0.002, 0.004, 0.008, 0.016]  # it did grow across the cuts
-        assert inf.reflector.backoff.next() == 0.001  # and the quiet watch reset it
+        time.sleep(0.1)  # the quiet watch lasts: a good one
+        inf.reflector.disconnect()
+        wait = time.monotonic() + 3
+        while len(grown) < 6 and time.monotonic() < wait:
+            time.sleep(0.005)
+        assert grown[5] == 0.001  # so the quiet watch reset it: the next cut starts from the shortest
     finally:
         inf.stop()
 
 
 def test_a_reflector_back_online_wakes_the_others_from_their_backoff():
     """The network back for one watch is back for all: no cache waits out a long backoff (issue #14)."""
-    fast, slow = FakeClient(), FakeClient()
+    fast, slow = FakeApi(), FakeApi()
     for c in (fast, slow):
         c.list_pages = [page([], 10)]
     fast.watch_scripts = [ConnectionResetError("cut"), FakeStream([], end=False)]

@@ -1,0 +1,99 @@
+"""What the controller remembers of each MPIJob between reconciles, in one place (docs/architecture.md
+section 3.2).
+
+Four things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
+taken by a foreign object, the pace of its pods (reconcilers/pace.py), and the expectations of its
+writes (controller/expectations.py); plus two metric series named after it. All of them belong to
+one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
+again) must start blank, never inherit a refusal or a held write of its predecessor.
+
+So a `JobMemory` carries the uid it was made for, and `JobMemories.of(key, uid)` hands out the one
+of that uid, forgetting a predecessor's first. `forget(key)` is the single rule that drops a key:
+called on a delete event, on a uid change seen in an update or a relist, and when a reconcile finds
+the MPIJob gone from the cache. A memory handed out before a forget is detached: whatever is
+written to it afterwards (a worker still finishing the old object's reconcile) is garbage, not
+state of the next namesake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+from controller import metrics
+from controller.expectations import Expectations
+from informers.store import split_key
+from reconcilers import names
+from reconcilers import pace as pc
+from reconcilers import refusal as rf
+
+
+@dataclass
+class JobMemory:
+    """One MPIJob's memory; `uid` is the MPIJob it was made for."""
+
+    uid: str
+    refusal: rf.Refusal | None = None
+    taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
+    pace: pc.Pace = field(default_factory=pc.Pace)
+    launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
+
+
+class JobMemories:
+    """ns/name -> JobMemory of one uid. Thread-safe: the informers' dispatch threads (events) and
+    the workers (one per key at a time) share it."""
+
+    def __init__(self, expectations: Expectations) -> None:
+        self.expectations = expectations
+        self._by_key: dict[str, JobMemory] = {}
+        # Reentrant: the controller also holds it to read or write a pace whole (pod thread vs worker).
+        self.lock = threading.RLock()
+
+    def of(self, key: str, uid: str) -> JobMemory:
+        """The memory of the MPIJob `key` with `uid`; a predecessor's (another uid) is forgotten first."""
+        with self.lock:
+            mem = self._by_key.get(key)
+            if mem is not None and mem.uid == uid:
+                return mem
+            if mem is not None:
+                self._forget_locked(key)
+            mem = self._by_key[key] = JobMemory(uid)
+            return mem
+
+    def peek(self, key: str) -> JobMemory | None:
+        with self.lock:
+            return self._by_key.get(key)
+
+    def pod_event(self, key: str, uid: str, now: float) -> None:
+        """A pod of the cached MPIJob `key` (with `uid`) moved: remember when (reconcilers/pace.py)."""
+        with self.lock:
+            self.of(key, uid).pace.last_pod_event = now
+
+    def seen(self, key: str, uid: str | None) -> None:
+        """An add or update of MPIJob `key` carries `uid`: a changed one is a namesake (the delete
+        went unseen, e.g. during a watch outage whose relist shows the new object as an update)."""
+        with self.lock:
+            mem = self._by_key.get(key)
+            if mem is not None and uid and mem.uid != uid:
+                self._forget_locked(key)
+
+    def forget(self, key: str) -> None:
+        """Drops everything remembered of `key`: the one place that does (module docstring)."""
+        with self.lock:
+            self._forget_locked(key)
+
+    def _forget_locked(self, key: str) -> None:
+        mem = self._by_key.pop(key, None)
+        self.expectations.forget(key)
+        ns, name = split_key(key)
+        launcher = mem.launcher if mem is not None and mem.launcher else names.launcher_name(
+            {"metadata": {"name": name}})
+        with contextlib.suppress(KeyError):
+            metrics.job_info.remove(launcher, ns)
+        with contextlib.suppress(KeyError):
+            metrics.job_not_running_since.remove(ns, name)
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._by_key)

@@ -1,0 +1,158 @@
+"""The controller's one reconcile (`sync`) and its error sorting (`_process`), over the in-memory
+stores of informers that are never started and the real executor writing to a scripted fake of the
+API client (testsupport/fake_api.py). The real API server's side of the same is in the integration
+and e2e tests; here every branch of the controller's own logic is reached in milliseconds."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+
+from client.errors import ApiError
+from controller.config import Options
+from controller.executor import Executor
+from controller.mpijob_controller import MPIJobController
+from informers.factory import InformerFactory
+from tests.unit import sim
+from testsupport.fake_api import FakeApi
+
+KEY = "ns/pi"
+
+
+class EchoServer:
+    """Answers writes as the API server would in substance: a create returns the object with a uid
+    and a resourceVersion, a merge patch of the MPIJob's status returns the patched MPIJob."""
+
+    def __init__(self, job: dict) -> None:
+        self.job = job
+        self.rv = itertools.count(100)
+        self.fail_creates: Exception | None = None
+        self.created: list[dict] = []  # what the creates returned, for the caches
+
+    def __call__(self, method: str, path: str, body: object) -> object:
+        if method == "POST" and path.endswith("/events"):
+            return {"metadata": {"resourceVersion": str(next(self.rv))}}
+        if method == "POST":
+            if self.fail_creates is not None:
+                raise self.fail_creates
+            obj = copy.deepcopy(body)
+            obj["metadata"].update(uid=f"uid-{obj['metadata']['name']}", resourceVersion=str(next(self.rv)))
+            self.created.append(obj)
+            return copy.deepcopy(obj)
+        if method == "PATCH" and path.endswith("/status"):
+            self.job = {**sim.merge_patch(self.job, body), "metadata": {**self.job["metadata"],
+                                                                     "resourceVersion": str(next(self.rv))}}
+            return self.job
+        return {"metadata": {"resourceVersion": str(next(self.rv))}}
+
+
+@pytest.fixture
+def job() -> dict:
+    j = sim.mpijob("pi", "ns")
+    j["metadata"].update(uid="uid-pi", generation=1, resourceVersion="1")
+    return j
+
+
+@pytest.fixture
+def setup(job):
+    server = EchoServer(job)
+    api = FakeApi(respond=server)
+    ctrl = MPIJobController(Options(worker_backend="job"), InformerFactory(api, namespace="ns"),
+                            Executor(api, is_leader=lambda: True, component="mpi-operator", instance="t"),
+                            now=lambda: sim.NOW, keygen=sim.KeyGen())
+    ctrl._active = True  # leading, without worker threads: the tests call sync and _process
+    ctrl.mpijobs.store.add(job)
+    yield ctrl, api, server
+    ctrl.queue.shutdown()
+
+
+def created_kinds(api: FakeApi) -> list[str]:
+    return sorted(body["kind"] for method, path, body in api.calls if method == "POST" and "/events" not in path)
+
+
+def cache_what_was_written(ctrl, server: EchoServer) -> None:
+    """What the informers would deliver after the writes: each created child, the patched MPIJob."""
+    stores = {"Service": ctrl.services, "ConfigMap": ctrl.config_maps, "Secret": ctrl.secrets, "Job": ctrl.jobs}
+    for obj in server.created:
+        stores[obj["kind"]].store.add(copy.deepcopy(obj))
+    ctrl.mpijobs.store.add(server.job)
+
+
+def test_sync_of_a_new_mpijob_creates_its_children_and_writes_its_status_once(setup):
+    ctrl, api, _ = setup
+    assert ctrl.sync(KEY) is True
+    assert created_kinds(api) == ["ConfigMap", "Job", "Job", "Secret", "Service"]
+    status_patches = [c for c in api.calls if c[0] == "PATCH" and c[1].endswith("/status")]
+    assert len(status_patches) == 1
+    assert {c["type"] for c in status_patches[0][2]["status"]["conditions"]} >= {"Created"}
+    assert not [c for c in api.calls if c[0] == "GET"], "a reconcile reads caches only"
+
+
+def test_sync_waits_for_the_cache_to_show_its_writes_then_writes_nothing_more(setup):
+    ctrl, api, server = setup
+    ctrl.sync(KEY)
+    api.calls.clear()
+    assert ctrl.sync(KEY) is True  # the caches do not show the writes yet: wait, write nothing
+    assert api.writes() == []
+    cache_what_was_written(ctrl, server)
+    api.calls.clear()
+    ctrl.sync(KEY)
+    assert api.writes() == [], "the children match: a reconcile at steady state writes nothing"
+
+
+def test_sync_of_a_deleted_mpijob_forgets_it(setup):
+    ctrl, api, _ = setup
+    ctrl.sync(KEY)
+    ctrl.mpijobs.store.delete(ctrl.mpijobs.store.get(KEY))
+    api.calls.clear()
+    assert ctrl.sync(KEY) is True
+    assert api.writes() == [] and ctrl.memory.peek(KEY) is None
+
+
+def conditions(server: EchoServer) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (server.job.get("status") or {}).get("conditions") or []}
+
+
+def process(ctrl, server: EchoServer) -> None:
+    """One pass of a worker, then what the MPIJob informer would deliver: the status written."""
+    ctrl._process(KEY)
+    ctrl.mpijobs.store.add(server.job)
+
+
+def test_process_shows_a_server_error_as_blocked_retries_with_backoff_and_resets_once_it_passes(setup):
+    ctrl, api, server = setup
+    server.fail_creates = ApiError(500, "InternalError", "etcd leader changed", retry_after=0.001)
+    process(ctrl, server)
+    assert conditions(server).get("Blocked") == "True"
+    assert ctrl.queue.num_requeues(KEY) == 1, "retried through the rate limiter, not at once"
+    process(ctrl, server)
+    assert ctrl.queue.num_requeues(KEY) == 2, "each failure backs off further"
+    server.fail_creates = None
+    process(ctrl, server)
+    assert created_kinds(api).count("Job") == 2
+    assert ctrl.queue.num_requeues(KEY) == 0, "a reconcile that passes resets the backoff"
+    cache_what_was_written(ctrl, server)
+    process(ctrl, server)
+    assert "Blocked" not in conditions(server), "the condition goes once the writes pass"
+
+
+def test_process_retries_an_unexpected_error_with_backoff(setup):
+    ctrl, _, server = setup
+    server.fail_creates = RuntimeError("a bug")  # not an ApiError: logged with its traceback
+    ctrl._process(KEY)
+    assert ctrl.queue.num_requeues(KEY) == 1
+
+
+def test_process_requeues_quietly_a_patch_of_an_object_deleted_meanwhile(setup):
+    ctrl, api, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    cm = ctrl.config_maps.store.get("ns/pi-config")
+    ctrl.config_maps.store.add({**cm, "data": {**cm["data"], "hostfile": "edited"}})  # drift to repair
+    api.calls.clear()
+    api.answers = [ApiError(404, "NotFound", 'configmaps "pi-config" not found')]
+    ctrl._process(KEY)
+    assert [c[0] for c in api.calls] == ["PATCH"], "no Blocked status, no Event: a race, not a refusal"
+    assert ctrl.queue.num_requeues(KEY) == 1
