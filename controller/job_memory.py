@@ -35,6 +35,7 @@ class JobMemory:
 
     uid: str
     refusal: rf.Refusal | None = None
+    refusal_shown: bool = False  # the MPIJob's status and an Event show `refusal` (written by a pass)
     taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
     pace: pc.Pace = field(default_factory=pc.Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series

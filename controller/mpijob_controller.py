@@ -278,29 +278,44 @@ class MPIJobController:
             structlog.contextvars.unbind_contextvars("mpijob")
 
     def _refused(self, key: str, mpijob: dict, mem: JobMemory, e: Refused) -> bool:
-        """Remember the refusal and show it on the MPIJob; retry only what can pass (refusal.py).
-        `mpijob` and `mem` are those the refused plan was made from: never a namesake's."""
+        """Remember a refused write. A new refusal is shown by the next pass, which plans with it
+        (refusal.report); the same one again only waits for the next retry. `mpijob` and `mem` are
+        those the refused plan was made from: never a namesake's."""
         metrics.reconcile_errors.labels(e.reason or str(e.status)).inc()
         r = rf.Refusal(e.status, e.reason, e.message, e.kind, e.name,
                        (mpijob.get("metadata") or {}).get("generation"), rf.causes_of(e.body))
-        if not rf.same(mem.refusal, r):  # one line per distinct refusal, not per retry
-            log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
-                        reason=e.reason, error=e.message, permanent=r.permanent)
-        mem.refusal = r
-        full = make_plan(Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=r))
-        # A transient refusal: show it, write nothing else (the refused write comes again after
-        # the backoff). A permanent one: the plan of a Failed MPIJob (it stops the workers).
-        report = full if r.permanent else Plan(status=full.status, events=full.events)
-        shown = self._apply(key, mpijob, report)
-        if shown.refused is not None:
-            log.warning("showing a refusal on the MPIJob was refused; retrying", error=str(shown.refused))
-            self.queue.add_rate_limited(key)
-        elif r.permanent:
+        if rf.same(mem.refusal, r) and mem.refusal_shown:
+            self._retry_refused(key, r)
+            return False
+        log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
+                    reason=e.reason, error=e.message, permanent=r.permanent)
+        mem.refusal, mem.refusal_shown = r, False
+        self.queue.add(key)  # show it now; the retry's backoff starts once it is shown
+        return False
+
+    def _shown(self, key: str, mem: JobMemory) -> bool:
+        """A pass showed the refusal in `mem`: retry what can pass, with backoff."""
+        mem.refusal_shown = True
+        self._retry_refused(key, mem.refusal)
+        return False
+
+    def _retry_refused(self, key: str, r: rf.Refusal) -> None:
+        if r.permanent:
             self.queue.forget(key)  # no retry: only a new generation of the spec changes the answer
         else:
             # Backoff, capped per MPIJob (what lifts the refusal, a ResourceQuota raised, sends this
             # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
             self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
+
+    def _taken(self, key: str, mem: JobMemory, e: ForeignObject) -> bool:
+        """A child's name is held by a foreign object. The plan reports it (condition + Event) from
+        the next pass on; the name is looked at again every few seconds, since no informer shows an
+        object without our labels."""
+        metrics.reconcile_errors.labels("ResourceExists").inc()
+        if (mem.taken or (None,))[0] != str(e):
+            log.warning("a child's name is taken", error=str(e))
+        mem.taken = (str(e), e.path)
+        self.queue.add(key)
         return False
 
     # ------------------------------------------------------------------ one reconcile
@@ -327,22 +342,20 @@ class MPIJobController:
         inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
                         taken=taken, settle_s=self._settle(mem, mpijob))
         plan = make_plan(inputs)
+        showing = refusal is not None and not mem.refusal_shown
+        if showing:
+            plan = rf.report(plan, refusal)
         try:
             result = self._apply(key, mpijob, plan)
-        except ForeignObject as e:
-            # The plan reports it (condition + Event) from the next reconcile on; the name is looked at
-            # again every few seconds, since no informer shows an object without our labels.
-            metrics.reconcile_errors.labels("ResourceExists").inc()
-            if (mem.taken or (None,))[0] != str(e):
-                log.warning("a child's name is taken", error=str(e))
-            mem.taken = (str(e), e.path)
-            self.queue.add(key)
-            return False
         finally:
             if self.memory.peek(key) is None:
                 self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.foreign is not None:
+            return self._taken(key, mem, result.foreign)
         if result.refused is not None:
             return self._refused(key, mpijob, mem, result.refused)
+        if showing:
+            return self._shown(key, mem)
         self._held(mem, plan.held)
         if refusal is not None and not refusal.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
@@ -368,7 +381,7 @@ class MPIJobController:
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
-        if result.refused is None:
+        if not result.stopped:
             self._record_progress(key, mpijob, plan.status)
         return result
 
