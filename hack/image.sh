@@ -20,11 +20,11 @@ ref=$(echo "$line" | awk '{print $3}')
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 source "$here/lib/realnode.sh"
 if [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; then
-  if ! ctr_k8s images ls -q | grep -qxF "$ref"; then
+  if ! ctr_k8s images ls -q | grep -xF "$ref" >/dev/null; then
     echo "[image] importing $ref into the real node's containerd" >&2
     ctr_k8s images import "$tarball" >/dev/null
   fi
-  ctr_k8s images ls -q | grep -qxF "$ref" || { echo "[image] ERROR: $ref not in containerd" >&2; exit 1; }
+  ctr_k8s images ls -q | grep -xF "$ref" >/dev/null || { echo "[image] ERROR: $ref not in containerd" >&2; exit 1; }
 else
   echo "[image] no real node running: $tarball not imported (ctr images import, or kind load image-archive)" >&2
 fi

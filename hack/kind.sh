@@ -29,7 +29,7 @@ need_tools() {
     || die "the Docker engine is not reachable ('docker info' failed): start it, or check your access to its socket"
 }
 
-exists() { kind get clusters 2>/dev/null | grep -qx "$NAME"; }
+exists() { kind get clusters 2>/dev/null | grep -x "$NAME" >/dev/null; }
 
 up() {
   need_tools

@@ -14,8 +14,8 @@ find_prebuilt() {
   p=$(command -v "$name" 2>/dev/null) || return 1
   case $name in
     etcd|kwok) echo "$p" ;;
-    kubectl) "$p" version --client 2>/dev/null | grep -q "v${K8S_VERSION%.*}\." && echo "$p" ;;
-    *) "$p" --version 2>/dev/null | grep -q "v${K8S_VERSION%.*}\." && echo "$p" ;;
+    kubectl) "$p" version --client 2>/dev/null | grep "v${K8S_VERSION%.*}\." >/dev/null && echo "$p" ;;
+    *) "$p" --version 2>/dev/null | grep "v${K8S_VERSION%.*}\." >/dev/null && echo "$p" ;;
   esac
 }
 

@@ -23,7 +23,7 @@ for want in "$@"; do
     if ! grep -qxF "$first" <<<"$have"; then
       log "importing $first ($(du -h "$tarball" | cut -f1))"
       ctr_k8s images import "$tarball" >/dev/null
-      ctr_k8s images ls -q | grep -qxF "$first" || die "importing $tarball did not give $first"
+      ctr_k8s images ls -q | grep -xF "$first" >/dev/null || die "importing $tarball did not give $first"
     fi
     echo "${name#mpi-pi-} $refs"
   done < <("$here/../images/build.sh" "$want" | grep '^mpi-pi-')

@@ -119,7 +119,7 @@ import_images() {
     if ! grep -qxF "$ref" <<<"$have"; then
       log "importing $ref"
       ctr_k8s images import "$tarball" >/dev/null
-      ctr_k8s images ls -q | grep -qxF "$ref" || die "importing $tarball did not give $ref"
+      ctr_k8s images ls -q | grep -xF "$ref" >/dev/null || die "importing $tarball did not give $ref"
     fi
   done
 }
@@ -160,7 +160,7 @@ step "CoreDNS: $COREDNS_BIN"
 if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link add "$BRIDGE" type bridge
 fi
-ip addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/" || ip addr add "$GATEWAY/${POD_SUBNET#*/}" dev "$BRIDGE"
+ip addr show dev "$BRIDGE" | grep "inet $GATEWAY/" >/dev/null || ip addr add "$GATEWAY/${POD_SUBNET#*/}" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 # Nothing from the pods is routed anywhere: no forwarding on this bridge.
 echo 0 >"/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null || true
