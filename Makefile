@@ -59,7 +59,7 @@ MATRIX ?= -m "not mpi_matrix"
 
 # Kueue and the MPI images are built before pytest starts, so a cold build is never inside a test's
 # 600 s timeout.
-e2e: $(PY) kueue mpi-images ## end-to-end tests: the operator as a process on the local cluster, both backends
+e2e: $(PY) ## end-to-end tests: the operator as a process on the local cluster, both backends
 	@echo ">> end-to-end tests (local cluster)"
 	$(PY) -m pytest e2e -q $(MATRIX) $(PYTEST_ARGS)
 
@@ -69,7 +69,7 @@ e2e-mpis: $(PY) mpi-images ## every MPI x backend x runLauncherAsWorker on the r
 e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: TAS, MultiKueue with a second cluster)
 	$(PY) -m pytest e2e/test_kueue.py e2e/test_kueue_topology.py e2e/test_kueue_multikueue.py -q $(PYTEST_ARGS)
 
-test: $(PY) kueue mpi-images ## lint, unit, integration and e2e tests (starts the local cluster itself)
+test: $(PY) ## lint, unit, integration and e2e tests (starts the local cluster itself; builds what tests need in the background)
 	@echo ">> lint"
 	$(VENV)/bin/ruff check .
 	@echo ">> all tests: unit, integration, e2e (the local cluster is started once and reused)"

@@ -4,7 +4,8 @@ Transient failures (409 Conflict, 429, 5xx, dropped connections) are retried wit
 a create that meets AlreadyExists, a delete that meets NotFound, or a delete whose uid
 precondition fails, count as done (a stale cache or a racing replica already did it). A write the
 API server refuses ends the apply and comes back in `Result.refused` (with what was written before
-it), so the controller reports it against the very MPIJob it planned for. A patch that meets
+it), so the controller reports it against the very MPIJob it planned for; so does a child's name held
+by an object this MPIJob does not control (`Result.foreign`). A patch that meets
 NotFound raises ObjectGone (the object was deleted meanwhile: a race, not a refusal). Anything else
 is raised, and the work queue retries the MPIJob with backoff.
 """
@@ -108,6 +109,12 @@ class Result:
     mpijob: dict | None = None  # the MPIJob as the status write returned it
     warnings: list[Event] = field(default_factory=list)
     refused: Refused | None = None  # the write the API server refused; nothing after it was sent
+    foreign: ForeignObject | None = None  # a child's name held by an object not ours; nothing after it was sent
+
+    @property
+    def stopped(self) -> bool:
+        """The apply ended at a write it could not make: the rest of the plan was not sent."""
+        return self.refused is not None or self.foreign is not None
 
 
 class Executor:
@@ -130,6 +137,8 @@ class Executor:
             self._apply(mpijob, plan, res)
         except Refused as e:
             res.refused = e
+        except ForeignObject as e:
+            res.foreign = e
         return res
 
     def _apply(self, mpijob: dict, plan: Plan, res: Result) -> None:

@@ -25,8 +25,8 @@ from controller import metrics
 from controller.expectations import Expectations
 from informers.store import split_key
 from reconcilers import names
-from reconcilers import pace as pc
-from reconcilers import refusal as rf
+from reconcilers.pace import Pace
+from reconcilers.refusal import Refusal
 
 
 @dataclass
@@ -34,9 +34,10 @@ class JobMemory:
     """One MPIJob's memory; `uid` is the MPIJob it was made for."""
 
     uid: str
-    refusal: rf.Refusal | None = None
+    refusal: Refusal | None = None
+    refusal_shown: bool = False  # the MPIJob's status and an Event show `refusal` (written by a pass)
     taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
-    pace: pc.Pace = field(default_factory=pc.Pace)
+    pace: Pace = field(default_factory=Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
 
 

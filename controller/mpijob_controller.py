@@ -39,10 +39,7 @@ from informers.factory import InformerFactory
 from informers.reflector import CONNECTION_ERRORS
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, workload_gang
-from reconcilers import pace as pc
-from reconcilers import refusal as rf
-from reconcilers import status as rst
+from reconcilers import names, pace, refusal, status, workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan
 
@@ -278,29 +275,44 @@ class MPIJobController:
             structlog.contextvars.unbind_contextvars("mpijob")
 
     def _refused(self, key: str, mpijob: dict, mem: JobMemory, e: Refused) -> bool:
-        """Remember the refusal and show it on the MPIJob; retry only what can pass (refusal.py).
-        `mpijob` and `mem` are those the refused plan was made from: never a namesake's."""
+        """Remember a refused write. A new refusal is shown by the next pass, which plans with it
+        (refusal.report); the same one again only waits for the next retry. `mpijob` and `mem` are
+        those the refused plan was made from: never a namesake's."""
         metrics.reconcile_errors.labels(e.reason or str(e.status)).inc()
-        r = rf.Refusal(e.status, e.reason, e.message, e.kind, e.name,
-                       (mpijob.get("metadata") or {}).get("generation"), rf.causes_of(e.body))
-        if not rf.same(mem.refusal, r):  # one line per distinct refusal, not per retry
-            log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
-                        reason=e.reason, error=e.message, permanent=r.permanent)
-        mem.refusal = r
-        full = make_plan(Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=r))
-        # A transient refusal: show it, write nothing else (the refused write comes again after
-        # the backoff). A permanent one: the plan of a Failed MPIJob (it stops the workers).
-        report = full if r.permanent else Plan(status=full.status, events=full.events)
-        shown = self._apply(key, mpijob, report)
-        if shown.refused is not None:
-            log.warning("showing a refusal on the MPIJob was refused; retrying", error=str(shown.refused))
-            self.queue.add_rate_limited(key)
-        elif r.permanent:
+        r = refusal.Refusal(e.status, e.reason, e.message, e.kind, e.name,
+                       (mpijob.get("metadata") or {}).get("generation"), refusal.causes_of(e.body))
+        if refusal.same(mem.refusal, r) and mem.refusal_shown:
+            self._retry_refused(key, r)
+            return False
+        log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
+                    reason=e.reason, error=e.message, permanent=r.permanent)
+        mem.refusal, mem.refusal_shown = r, False
+        self.queue.add(key)  # show it now; the retry's backoff starts once it is shown
+        return False
+
+    def _shown(self, key: str, mem: JobMemory) -> bool:
+        """A pass showed the refusal in `mem`: retry what can pass, with backoff."""
+        mem.refusal_shown = True
+        self._retry_refused(key, mem.refusal)
+        return False
+
+    def _retry_refused(self, key: str, r: refusal.Refusal) -> None:
+        if r.permanent:
             self.queue.forget(key)  # no retry: only a new generation of the spec changes the answer
         else:
             # Backoff, capped per MPIJob (what lifts the refusal, a ResourceQuota raised, sends this
             # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
             self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
+
+    def _taken(self, key: str, mem: JobMemory, e: ForeignObject) -> bool:
+        """A child's name is held by a foreign object. The plan reports it (condition + Event) from
+        the next pass on; the name is looked at again every few seconds, since no informer shows an
+        object without our labels."""
+        metrics.reconcile_errors.labels("ResourceExists").inc()
+        if (mem.taken or (None,))[0] != str(e):
+            log.warning("a child's name is taken", error=str(e))
+        mem.taken = (str(e), e.path)
+        self.queue.add(key)
         return False
 
     # ------------------------------------------------------------------ one reconcile
@@ -321,33 +333,31 @@ class MPIJobController:
             return True
         mem.launcher = names.launcher_name(mpijob)
         metrics.job_info.labels(mem.launcher, split_key(key)[0]).set(1)
-        refusal = mem.refusal
-        if refusal is not None and refusal.permanent and refusal.generation != mpijob["metadata"].get("generation"):
-            mem.refusal = refusal = None  # the spec changed: try again
-        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=refusal,
+        last = mem.refusal
+        if last is not None and last.permanent and last.generation != mpijob["metadata"].get("generation"):
+            mem.refusal = last = None  # the spec changed: try again
+        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=last,
                         taken=taken, settle_s=self._settle(mem, mpijob))
         plan = make_plan(inputs)
+        showing = last is not None and not mem.refusal_shown
+        if showing:
+            plan = refusal.report(plan, last)
         try:
             result = self._apply(key, mpijob, plan)
-        except ForeignObject as e:
-            # The plan reports it (condition + Event) from the next reconcile on; the name is looked at
-            # again every few seconds, since no informer shows an object without our labels.
-            metrics.reconcile_errors.labels("ResourceExists").inc()
-            if (mem.taken or (None,))[0] != str(e):
-                log.warning("a child's name is taken", error=str(e))
-            mem.taken = (str(e), e.path)
-            self.queue.add(key)
-            return False
         finally:
             if self.memory.peek(key) is None:
                 self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.foreign is not None:
+            return self._taken(key, mem, result.foreign)
         if result.refused is not None:
             return self._refused(key, mpijob, mem, result.refused)
+        if showing:
+            return self._shown(key, mem)
         self._held(mem, plan.held)
-        if refusal is not None and not refusal.permanent:
+        if last is not None and not last.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
             mem.refusal = None
-            log.info("a refused write passed", kind=refusal.kind, name=refusal.name)
+            log.info("a refused write passed", kind=last.kind, name=last.name)
             self.queue.add(key)
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
@@ -368,16 +378,16 @@ class MPIJobController:
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
-        if result.refused is None:
+        if not result.stopped:
             self._record_progress(key, mpijob, plan.status)
         return result
 
     @staticmethod
     def _record_progress(key: str, mpijob: dict, new_status: dict | None) -> None:
         ns, name = split_key(key)
-        status = new_status if new_status is not None else (mpijob.get("status") or {})
+        job_status = new_status if new_status is not None else (mpijob.get("status") or {})
         suspended = bool(((mpijob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
-        since = rst.not_running_since(status, suspended)
+        since = status.not_running_since(job_status, suspended)
         if since is None:
             with contextlib.suppress(KeyError):
                 metrics.job_not_running_since.remove(ns, name)
@@ -385,22 +395,22 @@ class MPIJobController:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
     def _settle(self, mem: JobMemory, mpijob: dict) -> float:
-        bringing_up = pc.bringing_up(mpijob)
+        bringing_up = pace.bringing_up(mpijob)
         with self.memory.lock:  # the pod informer's thread writes the pace too: read it whole
-            return pc.settle_remaining(mem.pace, time.monotonic(), bringing_up=bringing_up)
+            return pace.settle_remaining(mem.pace, time.monotonic(), bringing_up=bringing_up)
 
     def _held(self, mem: JobMemory, held: bool) -> None:
         """Remember since when this MPIJob's minor writes are held (the cap of pace.py counts from
         there); once its pods are quiet, its pace starts afresh."""
         now = time.monotonic()
         with self.memory.lock:
-            pace = mem.pace
+            kept = mem.pace
             if held:
-                pace.held_since = pace.held_since or now
-            elif pc.settle_remaining(pc.Pace(pace.last_pod_event), now) == 0:
-                mem.pace = pc.Pace()
+                kept.held_since = kept.held_since or now
+            elif pace.settle_remaining(pace.Pace(kept.last_pod_event), now) == 0:
+                mem.pace = pace.Pace()
             else:
-                pace.held_since = None
+                kept.held_since = None
 
     def _still_taken(self, mem: JobMemory) -> str | None:
         """The message of a name found taken by a foreign object, while that object exists."""

@@ -109,7 +109,7 @@ profiles:
 def second_scheduler(kubeconfig: str, workdir: Path) -> Iterator[SecondScheduler]:
     """The scheduler-plugins scheduler and controller (hack/build-scheduler-plugins.sh), every
     listener on 127.0.0.1, stopped (by their own pids) at the end."""
-    bin_dir = Path(_script("build-scheduler-plugins.sh", 1800)[-1])
+    bin_dir = Path(_script("build-scheduler-plugins.sh", 3600)[-1])
     cfg = workdir / "scheduler.yaml"
     cfg.write_text(scheduler_config(kubeconfig, SCHEDULER_NAME))
     sched_port = free_port()

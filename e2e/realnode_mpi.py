@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from reconcilers.names import JOB_NAME_LABEL as JOB_NAME
-from reconcilers.names import JOB_ROLE_LABEL as ROLE
+from testsupport.kubectl import role_pods as pods
+from testsupport.kubectl import wait_finished  # noqa: F401 (used by the tests through this module)
 from testsupport.paths import ROOT
 
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -70,13 +70,6 @@ def apply(kubectl: Callable, ns: str, obj: dict) -> None:
     kubectl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(obj))
 
 
-def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, str]:
-    r = kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json", check=False)
-    if r.returncode != 0:
-        return {}
-    return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
-
-
 def condition(kubectl: Callable, ns: str, name: str, ctype: str) -> dict:
     job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
     return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
@@ -85,25 +78,6 @@ def condition(kubectl: Callable, ns: str, name: str, ctype: str) -> dict:
 def mpijob_events(kubectl: Callable, ns: str, name: str) -> list[dict]:
     r = kubectl("-n", ns, "get", "events", "-o", "json", "--field-selector",
                 f"involvedObject.kind=MPIJob,involvedObject.name={name}")
-    return json.loads(r.stdout)["items"]
-
-
-def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    c: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        c = conditions(kubectl, ns, name)
-        if c.get("Succeeded") == "True":
-            return "Succeeded"
-        if c.get("Failed") == "True":
-            return "Failed"
-        time.sleep(0.5)
-    pods_ = kubectl("-n", ns, "get", "pods", "-o", "wide", check=False).stdout
-    raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {c}\n{pods_}")
-
-
-def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME}={name},{ROLE}={role}", "-o", "json")
     return json.loads(r.stdout)["items"]
 
 

@@ -37,7 +37,7 @@ from testsupport.net import free_port
 from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.waiting import wait_until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("operator-image", "prometheus")]
 NS = "mpi-operator"
 JOBS_NS = "mpijob-deployed"
 SELECTOR = "app.kubernetes.io/name=mpi-operator"
@@ -47,7 +47,7 @@ def _hack(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CLUSTER_DIR": str(CLUSTER_DIR), "PIP_PYTHON": str(ROOT / ".venv" / "bin" / "python")}
     env.pop("KUBECONFIG", None)
     return subprocess.run([str(ROOT / "hack" / args[0]), *args[1:]], capture_output=True, text=True, env=env,
-                          timeout=900)
+                          timeout=3600)  # may wait for the background build (testsupport/builds.py)
 
 
 @pytest.fixture(scope="module")

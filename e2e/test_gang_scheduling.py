@@ -42,7 +42,7 @@ from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, pods, wait_condition
 from testsupport.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("scheduler-plugins")]
 
 @pytest.fixture(scope="module")
 def crds(kubectl) -> dict[str, str]:

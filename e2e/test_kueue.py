@@ -32,7 +32,7 @@ from testsupport.kubectl import conditions, get, live, now, pods, wait_condition
 from testsupport.paths import CRD
 from testsupport.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("kueue")]
 
 
 def test_admitted_on_its_flavor_runs_to_succeeded_and_finishes_the_workload(

@@ -45,7 +45,7 @@ from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, install
 from testsupport.operator_process import Operator
 from testsupport.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("kueue")]
 KINDS_OF_CHILDREN = ("pods", "jobs.batch", "statefulsets.apps", "services", "configmaps", "secrets",
                      "podgroups.scheduling.x-k8s.io")
 

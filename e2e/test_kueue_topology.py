@@ -51,7 +51,7 @@ from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import apply, install_replica_index_policy, items, wait_condition
 from testsupport.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("kueue")]
 BLOCK = f"{LABEL_PREFIX}/block"
 RACK = f"{LABEL_PREFIX}/rack"
 TAS_LABEL = f"{LABEL_PREFIX}/tas"

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from reconcilers.names import JOB_NAME_LABEL, JOB_ROLE_LABEL
+from testsupport.kubectl import role_pods, wait_finished
 from testsupport.paths import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
@@ -39,41 +39,16 @@ def _mpijob(name: str, *, args: list[str] | None = None, backoff: int | None = N
     return job
 
 
-def _condition(kubectl, ns: str, name: str) -> dict[str, str]:
-    r = kubectl("-n", ns, "get", "mpijob", name, "-o", "json", check=False)
-    if r.returncode != 0:
-        return {}
-    return {c["type"]: c["status"] for c in json.loads(r.stdout).get("status", {}).get("conditions", [])}
-
-
-def _wait_finished(kubectl, ns: str, name: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        c = _condition(kubectl, ns, name)
-        if c.get("Succeeded") == "True":
-            return "Succeeded"
-        if c.get("Failed") == "True":
-            return "Failed"
-        time.sleep(0.5)
-    pods = kubectl("-n", ns, "get", "pods", "-o", "wide", check=False).stdout
-    raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {c}\n{pods}")
-
-
-def _pods(kubectl, ns: str, name: str, role: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "pods", "-l", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}", "-o", "json")
-    return json.loads(r.stdout)["items"]
-
-
 def _launcher_logs(kubectl, ns: str, name: str) -> str:
     """The output of every launcher pod (attempt) of the MPIJob, through the API server."""
     return "\n".join(kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout
-                     for p in _pods(kubectl, ns, name, "launcher"))
+                     for p in role_pods(kubectl, ns, name, "launcher"))
 
 
 def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = [p["metadata"]["name"] for p in _pods(kubectl, ns, name, "worker")
+        running = [p["metadata"]["name"] for p in role_pods(kubectl, ns, name, "worker")
                    if p["status"].get("phase") in ("Running", "Pending")
                    and not p["metadata"].get("deletionTimestamp")]
         if not running:
@@ -85,7 +60,7 @@ def _wait_workers_stopped(kubectl, ns: str, name: str, timeout: float = 60) -> N
 def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):
     t0 = time.monotonic()
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(_mpijob("pi")))
-    assert _wait_finished(kubectl, namespace, "pi", 240) == "Succeeded"
+    assert wait_finished(kubectl, namespace, "pi", 240) == "Succeeded"
     wall = time.monotonic() - t0
     logs = _launcher_logs(kubectl, namespace, "pi")
     print(f"\n[{backend}] real MPIJob submit -> Succeeded: {wall:.1f}s\n{logs}")
@@ -97,8 +72,8 @@ def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, 
     args = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "1000", "--exit-code", "1"]
     job = _mpijob("pi-fail", args=args, backoff=1)
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
-    assert _wait_finished(kubectl, namespace, "pi-fail", 240) == "Failed"
-    launchers = _pods(kubectl, namespace, "pi-fail", "launcher")
+    assert wait_finished(kubectl, namespace, "pi-fail", 240) == "Failed"
+    launchers = role_pods(kubectl, namespace, "pi-fail", "launcher")
     assert len([p for p in launchers if p["status"].get("phase") == "Failed"]) == 2, launchers
     _wait_workers_stopped(kubectl, namespace, "pi-fail")
 
@@ -109,7 +84,7 @@ def test_at_startup_launcher_reaches_slow_workers(kubectl, realnode, operator, n
     job = _mpijob("pi-slow", policy="AtStartup", worker_command=[
         "sh", "-c", "sleep 8; exec /usr/sbin/sshd -De -f /home/mpiuser/.sshd_config"])
     kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(job))
-    assert _wait_finished(kubectl, namespace, "pi-slow", 240) == "Succeeded"
+    assert wait_finished(kubectl, namespace, "pi-slow", 240) == "Succeeded"
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-slow")
 
 
@@ -119,14 +94,14 @@ SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]  # as upstr
 def _wait_launcher_running(kubectl, ns: str, name: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # until the ranks are computing
-        if any(p["status"].get("phase") == "Running" for p in _pods(kubectl, ns, name, "launcher")):
+        if any(p["status"].get("phase") == "Running" for p in role_pods(kubectl, ns, name, "launcher")):
             return
         time.sleep(0.5)
     raise AssertionError(f"no launcher of {ns}/{name} Running after {timeout}s")
 
 
 def _ready_workers(kubectl, ns: str, name: str) -> list[dict]:
-    return [p for p in _pods(kubectl, ns, name, "worker")
+    return [p for p in role_pods(kubectl, ns, name, "worker")
             if not p["metadata"].get("deletionTimestamp")
             and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
 
@@ -141,7 +116,7 @@ def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, nam
     _wait_launcher_running(kubectl, namespace, "pi-kill")
     time.sleep(5)
     # Worker 0 by hostname: a StatefulSet pod is named so, an Indexed Job pod has a random suffix.
-    (victim,) = [p for p in _pods(kubectl, namespace, "pi-kill", "worker")
+    (victim,) = [p for p in role_pods(kubectl, namespace, "pi-kill", "worker")
                  if p["spec"].get("hostname") == "pi-kill-worker-0" and p["status"].get("phase") == "Running"]
     t0 = time.monotonic()
     kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
@@ -154,8 +129,8 @@ def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, nam
     else:
         raise AssertionError("the deleted worker did not come back Ready")
     print(f"\n[{backend}] real worker deleted -> both workers Ready again: {time.monotonic() - t0:.1f}s")
-    assert _wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
-    launchers = _pods(kubectl, namespace, "pi-kill", "launcher")
+    assert wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
+    launchers = role_pods(kubectl, namespace, "pi-kill", "launcher")
     assert any(p["status"].get("phase") == "Failed" for p in launchers), "no launcher attempt failed"
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-kill")
 
@@ -173,7 +148,7 @@ def test_suspend_and_resume_mid_run_succeeds(kubectl, realnode, operator, namesp
     patch(True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        alive = [p for p in _pods(kubectl, namespace, "pi-sus", "worker") + _pods(kubectl, namespace, "pi-sus",
+        alive = [p for p in role_pods(kubectl, namespace, "pi-sus", "worker") + role_pods(kubectl, namespace, "pi-sus",
                                                                                  "launcher")
                  if p["status"].get("phase") in ("Pending", "Running")]
         if not alive:
@@ -183,7 +158,7 @@ def test_suspend_and_resume_mid_run_succeeds(kubectl, realnode, operator, namesp
         raise AssertionError(f"pods still running while suspended: {[p['metadata']['name'] for p in alive]}")
     t0 = time.monotonic()
     patch(False)
-    assert _wait_finished(kubectl, namespace, "pi-sus", 300) == "Succeeded"
+    assert wait_finished(kubectl, namespace, "pi-sus", 300) == "Succeeded"
     print(f"\n[{backend}/{policy}] resume -> Succeeded on the real node: {time.monotonic() - t0:.1f}s")
     logs = _launcher_logs(kubectl, namespace, "pi-sus")
     assert "pi is approximately 3.14159" in logs and "4 ranks on 2 hosts" in logs, logs

@@ -37,7 +37,7 @@ from realnode_mpi import (
 
 from testsupport.paths import CLUSTER_DIR
 
-pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 FLAVOURS = ["openmpi4", "openmpi5", "mpich", "intel"]
 BACKENDS = ["job", "statefulset"]
 # `make test` runs this cross-section: every MPI on both backends, with and without

@@ -4,16 +4,19 @@
 # Prints the binary's path on the last line of stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+LOG_TAG=build-decodecheck
+source "$here/lib/common.sh"
+build_lock decodecheck
 src=$here/tools/decodecheck
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
 bin="$cache/decodecheck-$key/decodecheck"
 if [ ! -x "$bin" ]; then
   mkdir -p "$(dirname "$bin")"
-  echo "[build-decodecheck] building $bin" >&2
+  log "building $bin"
   t0=$SECONDS
   (cd "$src" && CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--mod=mod} go build -trimpath -o "$bin.tmp" .)
   mv "$bin.tmp" "$bin"
-  echo "[build-decodecheck] built in $((SECONDS - t0))s" >&2
+  log "built in $((SECONDS - t0))s"
 fi
 echo "$bin"

@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 LOG_TAG=build-kueue
 source "$here/lib/common.sh"
+build_lock kueue
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 bin="$cache/kueue-v${KUEUE_VERSION}/bin"

@@ -9,6 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 LOG_TAG=prometheus
 source "$here/lib/common.sh"
+build_lock prometheus
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMETHEUS_VERSION
 bin=$dir/bin

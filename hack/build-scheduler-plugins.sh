@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 LOG_TAG=build-scheduler-plugins
 source "$here/lib/common.sh"
+build_lock scheduler-plugins
 export GOFLAGS=${GOFLAGS:--mod=mod}
 tools="$here/tools/scheduler-plugins"
 

@@ -59,6 +59,13 @@ done
 missing=()
 for b in "${need[@]}"; do [ -e "$CLUSTER_DIR/bin/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -gt 0 ]; then
+  if [ "${REAL_NODE:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
+    # The real node's images come from Debian's packages (network and disk more than CPU): build them
+    # beside the Go builds. The real node's own call below waits for this one (build_lock) and finds
+    # them cached; a machine that cannot run the real node has only spent some downloads.
+    mkdir -p "$CLUSTER_DIR/logs"
+    "$here/images/build.sh" all >"$CLUSTER_DIR/logs/images-beside-go.log" 2>&1 &
+  fi
   log "building ${missing[*]} (cached after the first time)"
   with_kubelet=1; [ "${REAL_NODE:-1}" = 0 ] && with_kubelet=0
   cache_bin=$(WITH_KUBELET=$with_kubelet "$here/build-k8s.sh" | tail -n 1)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from reconcilers import names as n
+from reconcilers import names
 
 MAX_DNS_LABEL = 63
 MAX_DNS_SUBDOMAIN = 253
@@ -236,14 +236,14 @@ def config_map_bytes(job_name: str, namespace: str, cluster_domain: str, slots: 
                      launcher_as_worker: bool, workers: int) -> int:
     """Bytes of the ConfigMap's data (keys + values, as the server counts) with `workers` workers,
     all running (discover_hosts.sh at its longest): the same text desired.config_map writes."""
-    suffix = n.pod_fqdn({"metadata": {"name": job_name, "namespace": namespace}}, "", cluster_domain)
+    suffix = names.pod_fqdn({"metadata": {"name": job_name, "namespace": namespace}}, "", cluster_domain)
     prefix = f"{job_name}-worker-"
     slot = f" slots={slots}" if impl == "OpenMPI" else f":{slots}"
     host_fixed = len(prefix) + len(suffix)  # per worker, without its index
     hostfile = workers * (host_fixed + len(slot) + 1) + _digits_sum(workers)
     discover = len("#!/bin/sh\n") + workers * (len("echo ") + host_fixed + 1) + _digits_sum(workers)
     if launcher_as_worker:
-        launcher = len(f"{job_name}-launcher") + (0 if impl in n.HYDRA_IMPLEMENTATIONS else len(suffix))
+        launcher = len(f"{job_name}-launcher") + (0 if impl in names.HYDRA_IMPLEMENTATIONS else len(suffix))
         hostfile += launcher + len(slot) + 1
         discover += len("echo ") + launcher + 1
     return len("hostfile") + hostfile + len("discover_hosts.sh") + discover

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import names as n
+from reconcilers import names
 from reconcilers.types import Obj
 
 BACKENDS = ("job", "statefulset")
@@ -40,7 +40,7 @@ def annotation(obj: Any) -> str | None:
     """The backend named by BACKEND_ANNOTATION on `obj`, if it names one."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     ann = meta.get("annotations") if isinstance(meta, dict) else None
-    value = ann.get(n.BACKEND_ANNOTATION) if isinstance(ann, dict) else None
+    value = ann.get(names.BACKEND_ANNOTATION) if isinstance(ann, dict) else None
     return value if value in BACKENDS else None
 
 
@@ -51,8 +51,8 @@ def _created(obj: Obj) -> str:
 def choose(mpijob: Obj, candidates: list[Obj | None], config_map: Obj | None, default: str) -> Choice:
     """The backend for `mpijob`, given the worker objects found under its worker name (either kind),
     its ConfigMap (if it controls it) and the operator's default."""
-    owned = [o for o in candidates if o is not None and n.is_controlled_by(o, mpijob)]
-    recorded = annotation(config_map) if config_map is not None and n.is_controlled_by(config_map, mpijob) else None
+    owned = [o for o in candidates if o is not None and names.is_controlled_by(o, mpijob)]
+    recorded = annotation(config_map) if config_map is not None and names.is_controlled_by(config_map, mpijob) else None
     if owned:
         owned.sort(key=lambda o: (backend_of_kind(o) != recorded, _created(o)))
         keep = owned[0]

@@ -13,8 +13,7 @@ import base64
 import hashlib
 import json
 
-from reconcilers import names as n
-from reconcilers import podgroup, workload_gang
+from reconcilers import names, podgroup, workload_gang
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.types import Config, Obj, SSHKey
@@ -37,9 +36,9 @@ POD_INTERFACE = "eth0"
 
 def owner_reference(mpijob: Obj) -> Obj:
     return {
-        "apiVersion": n.API_VERSION,
-        "kind": n.KIND,
-        "name": n.job_name(mpijob),
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "name": names.job_name(mpijob),
         "uid": mpijob.get("metadata", {}).get("uid", ""),
         "controller": True,
         "blockOwnerDeletion": True,
@@ -49,8 +48,8 @@ def owner_reference(mpijob: Obj) -> Obj:
 def _metadata(mpijob: Obj, name: str, role: str | None = None) -> Obj:
     return {
         "name": name,
-        "namespace": n.job_namespace(mpijob),
-        "labels": n.job_labels(mpijob, role),
+        "namespace": names.job_namespace(mpijob),
+        "labels": names.job_labels(mpijob, role),
         "ownerReferences": [owner_reference(mpijob)],
     }
 
@@ -73,21 +72,21 @@ def template_hash(template: Obj) -> str:
 
 def worker_fqdns(mpijob: Obj, config: Config) -> list[str]:
     """The DNS names worker pods get with either backend, in index order."""
-    suffix = n.pod_fqdn(mpijob, "", config.cluster_domain)  # ".<job>.<ns>.svc[.<domain>]"
-    prefix = n.worker_name(mpijob)
+    suffix = names.pod_fqdn(mpijob, "", config.cluster_domain)  # ".<job>.<ns>.svc[.<domain>]"
+    prefix = names.worker_name(mpijob)
     return [f"{prefix}-{i}{suffix}" for i in range(worker_replicas(mpijob))]
 
 
 def launcher_fqdn(mpijob: Obj, config: Config) -> str:
-    return n.pod_fqdn(mpijob, n.launcher_name(mpijob), config.cluster_domain)
+    return names.pod_fqdn(mpijob, names.launcher_name(mpijob), config.cluster_domain)
 
 
 def launcher_host(mpijob: Obj, config: Config) -> str:
     """The launcher's name in the hostfile and discover_hosts.sh (runLauncherAsWorker): its FQDN,
     or for Hydra its bare hostname, the only name Hydra runs locally rather than by ssh
     (docs/architecture.md section 9; it resolves everywhere through the pods' DNS search path)."""
-    if _spec(mpijob).get("mpiImplementation") in n.HYDRA_IMPLEMENTATIONS:
-        return n.launcher_name(mpijob)
+    if _spec(mpijob).get("mpiImplementation") in names.HYDRA_IMPLEMENTATIONS:
+        return names.launcher_name(mpijob)
     return launcher_fqdn(mpijob, config)
 
 
@@ -120,7 +119,7 @@ def is_pod_active(pod: Obj) -> bool:
 
 
 def pod_role(pod: Obj) -> str | None:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(n.JOB_ROLE_LABEL)
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ROLE_LABEL)
 
 
 def discover_hosts(mpijob: Obj, pods: list[Obj], config: Config) -> str:
@@ -128,10 +127,10 @@ def discover_hosts(mpijob: Obj, pods: list[Obj], config: Config) -> str:
     lines = ["#!/bin/sh"]
     if _spec(mpijob).get("runLauncherAsWorker"):
         lines.append(f"echo {launcher_host(mpijob, config)}")
-    prefix = n.worker_name(mpijob) + "-"
-    hostnames = {pod_hostname(p) for p in pods if pod_role(p) == n.ROLE_WORKER and is_pod_active(p)}
+    prefix = names.worker_name(mpijob) + "-"
+    hostnames = {pod_hostname(p) for p in pods if pod_role(p) == names.ROLE_WORKER and is_pod_active(p)}
     count = worker_replicas(mpijob)
-    suffix = n.pod_fqdn(mpijob, "", config.cluster_domain)
+    suffix = names.pod_fqdn(mpijob, "", config.cluster_domain)
     for h in sorted(hostnames, key=_hostname_index):
         if h.startswith(prefix) and _hostname_index(h)[0] < count:
             lines.append(f"echo {h}{suffix}")
@@ -146,8 +145,8 @@ def config_map(mpijob: Obj, config: Config, pods: list[Obj] | None = None) -> Ob
         "apiVersion": "v1",
         "kind": "ConfigMap",
         # The backend its workers start with, kept for the MPIJob's life (reconcilers/backend.py).
-        "metadata": {**_metadata(mpijob, n.config_map_name(mpijob)),
-                     "annotations": {n.BACKEND_ANNOTATION: config.worker_backend}},
+        "metadata": {**_metadata(mpijob, names.config_map_name(mpijob)),
+                     "annotations": {names.BACKEND_ANNOTATION: config.worker_backend}},
         "data": {"hostfile": hostfile(mpijob, config), DISCOVER_HOSTS: discover_hosts(mpijob, pods or [], config)},
     }
 
@@ -159,7 +158,7 @@ def secret(mpijob: Obj, key: SSHKey) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(mpijob, n.secret_name(mpijob)),
+        "metadata": _metadata(mpijob, names.secret_name(mpijob)),
         "type": "kubernetes.io/ssh-auth",
         "data": {"ssh-privatekey": b64(key.private_pem), "ssh-publickey": b64(key.public_openssh)},
     }
@@ -169,11 +168,11 @@ def service(mpijob: Obj) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(mpijob, n.service_name(mpijob)),
+        "metadata": _metadata(mpijob, names.service_name(mpijob)),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {n.JOB_NAME_LABEL: n.job_name(mpijob)},
+            "selector": {names.JOB_NAME_LABEL: names.job_name(mpijob)},
         },
     }
 
@@ -184,7 +183,7 @@ def service(mpijob: Obj) -> Obj:
 def _ssh_volume(mpijob: Obj) -> Obj:
     path = _spec(mpijob)["sshAuthMountPath"]
     vol: Obj = {
-        "secretName": n.secret_name(mpijob),
+        "secretName": names.secret_name(mpijob),
         "items": [
             {"key": "ssh-privatekey", "path": "id_rsa"},
             {"key": "ssh-publickey", "path": "id_rsa.pub"},
@@ -202,7 +201,7 @@ def _config_volume(mpijob: Obj) -> Obj:
     return {
         "name": CONFIG_VOLUME,
         "configMap": {
-            "name": n.config_map_name(mpijob),
+            "name": names.config_map_name(mpijob),
             "items": [
                 {"key": "hostfile", "path": "hostfile", "mode": 0o444},
                 {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": 0o555},
@@ -246,11 +245,11 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
     template["metadata"] = meta
     meta.pop("name", None)
     meta.pop("namespace", None)
-    meta["labels"] = {**(meta.get("labels") or {}), **n.job_labels(mpijob, role)}
+    meta["labels"] = {**(meta.get("labels") or {}), **names.job_labels(mpijob, role)}
     spec = template.setdefault("spec", {})
     dns = spec.setdefault("dnsConfig", {}) or {}
     spec["dnsConfig"] = dns
-    search = f"{n.service_name(mpijob)}.{n.job_namespace(mpijob)}.svc." + (
+    search = f"{names.service_name(mpijob)}.{names.job_namespace(mpijob)}.svc." + (
         config.cluster_domain.strip(".") or DEFAULT_CLUSTER_DOMAIN)
     searches = _list_field(dns, "searches")
     if search not in searches:
@@ -266,20 +265,20 @@ def _base_template(mpijob: Obj, config: Config, rtype: str, role: str) -> tuple[
 
 
 def worker_template(mpijob: Obj, config: Config) -> Obj:
-    template, container = _base_template(mpijob, config, WORKER, n.ROLE_WORKER)
+    template, container = _base_template(mpijob, config, WORKER, names.ROLE_WORKER)
     spec = template["spec"]
     if config.worker_backend == "statefulset":
         spec["restartPolicy"] = "Always"  # the only policy a StatefulSet allows
     else:
         spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][WORKER].get("restartPolicy") or "Never"
-        spec["subdomain"] = n.service_name(mpijob)  # the Job controller sets hostname <job>-<index>
+        spec["subdomain"] = names.service_name(mpijob)  # the Job controller sets hostname <job>-<index>
     if not container.get("command") and not container.get("args"):
         container["command"] = ["/usr/sbin/sshd", "-De"]
-    _add_env(container, [("K_MPI_JOB_ROLE", n.ROLE_WORKER)])
+    _add_env(container, [("K_MPI_JOB_ROLE", names.ROLE_WORKER)])
     if _spec(mpijob).get("runLauncherAsWorker"):
         # rank 0 is the launcher: the admission policy numbers the workers from 1
         template["metadata"]["annotations"] = {**(template["metadata"].get("annotations") or {}),
-                                               n.REPLICA_INDEX_OFFSET_ANNOTATION: "1"}
+                                               names.REPLICA_INDEX_OFFSET_ANNOTATION: "1"}
     return template
 
 
@@ -293,7 +292,7 @@ def _pod_network(mpijob: Obj) -> bool:
 def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
     spec = _spec(mpijob)
     slots = str(spec["slotsPerWorker"])
-    env = [("K_MPI_JOB_ROLE", n.ROLE_LAUNCHER)]
+    env = [("K_MPI_JOB_ROLE", names.ROLE_LAUNCHER)]
     impl = spec["mpiImplementation"]
     if impl == "OpenMPI":
         env += [
@@ -330,14 +329,14 @@ def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
 
 
 def launcher_template(mpijob: Obj, config: Config) -> Obj:
-    template, container = _base_template(mpijob, config, LAUNCHER, n.ROLE_LAUNCHER)
+    template, container = _base_template(mpijob, config, LAUNCHER, names.ROLE_LAUNCHER)
     spec = template["spec"]
-    spec["hostname"] = n.launcher_name(mpijob)
-    spec["subdomain"] = n.service_name(mpijob)
+    spec["hostname"] = names.launcher_name(mpijob)
+    spec["subdomain"] = names.service_name(mpijob)
     spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][LAUNCHER].get("restartPolicy") or "Never"
     _add_env(container, launcher_env(mpijob))
     if _spec(mpijob).get("runLauncherAsWorker"):
-        template["metadata"]["labels"][n.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
+        template["metadata"]["labels"][names.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
     _add_volume(spec, _config_volume(mpijob))
     _add_mount(container, CONFIG_VOLUME, HOSTFILE_DIR)
     return template
@@ -347,7 +346,7 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
 
 
 def _with_hash(meta: Obj, template: Obj) -> Obj:
-    meta["annotations"] = {n.TEMPLATE_HASH_ANNOTATION: template_hash(template)}
+    meta["annotations"] = {names.TEMPLATE_HASH_ANNOTATION: template_hash(template)}
     return meta
 
 
@@ -356,7 +355,7 @@ def workers(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     (replicas 0, or the Job suspended)."""
     count = worker_replicas(mpijob)
     template = worker_template(mpijob, config)
-    meta = _with_hash(_metadata(mpijob, n.worker_name(mpijob), n.ROLE_WORKER), template)
+    meta = _with_hash(_metadata(mpijob, names.worker_name(mpijob), names.ROLE_WORKER), template)
     if config.worker_backend == "statefulset":
         return {
             "apiVersion": "apps/v1",
@@ -364,9 +363,9 @@ def workers(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
             "metadata": meta,
             "spec": {
                 "replicas": count if running else 0,
-                "serviceName": n.service_name(mpijob),
+                "serviceName": names.service_name(mpijob),
                 "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": n.job_labels(mpijob, n.ROLE_WORKER)},
+                "selector": {"matchLabels": names.job_labels(mpijob, names.ROLE_WORKER)},
                 "template": template,
             },
         }
@@ -404,6 +403,6 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _with_hash(_metadata(mpijob, n.launcher_name(mpijob), n.ROLE_LAUNCHER), template),
+        "metadata": _with_hash(_metadata(mpijob, names.launcher_name(mpijob), names.ROLE_LAUNCHER), template),
         "spec": spec,
     }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconcilers import status as st
+from reconcilers import status
 
 # Pod events of one bring-up come in bursts (the Job and StatefulSet controllers create pods in
 # batches, the scheduler binds them in turn); 2 s outlasts the gaps between bursts seen on the local
@@ -62,8 +62,8 @@ def bringing_up(mpijob: dict) -> bool:
     run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
     if run_policy.get("suspend") is True:
         return False
-    status = mpijob.get("status")
-    return not st.is_true(status, st.RUNNING) and not st.is_finished(status)
+    job_status = mpijob.get("status")
+    return not status.is_true(job_status, status.RUNNING) and not status.is_finished(job_status)
 
 
 def status_minor_only(old: dict, new: dict) -> bool:

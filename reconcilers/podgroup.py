@@ -30,8 +30,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from reconcilers import apilimits
-from reconcilers import names as n
+from reconcilers import apilimits, names
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import merge_patch, ref_of
 from reconcilers.types import Config, Obj, Patch
@@ -189,9 +188,9 @@ def pod_group(mpijob: Obj, config: Config, owner_reference: Obj) -> Obj:
         "apiVersion": api_version(config),
         "kind": KIND,
         "metadata": {
-            "name": n.job_name(mpijob),
-            "namespace": n.job_namespace(mpijob),
-            "labels": n.job_labels(mpijob, None),
+            "name": names.job_name(mpijob),
+            "namespace": names.job_namespace(mpijob),
+            "labels": names.job_labels(mpijob, None),
             "ownerReferences": [owner_reference],
         },
         "spec": pod_group_spec(mpijob, config),
@@ -242,9 +241,9 @@ def decorate_template(template: Obj, mpijob: Obj, config: Config) -> None:
     template["spec"]["schedulerName"] = config.gang_scheduler
     meta = template["metadata"]
     if config.gang_scheduler == VOLCANO:
-        meta["annotations"] = {**(meta.get("annotations") or {}), VOLCANO_GROUP_ANNOTATION: n.job_name(mpijob)}
+        meta["annotations"] = {**(meta.get("annotations") or {}), VOLCANO_GROUP_ANNOTATION: names.job_name(mpijob)}
     else:
-        meta["labels"] = {**(meta.get("labels") or {}), POD_GROUP_LABEL: n.job_name(mpijob)}
+        meta["labels"] = {**(meta.get("labels") or {}), POD_GROUP_LABEL: names.job_name(mpijob)}
 
 
 # -- the wait, as users see it --------------------------------------------------------------------

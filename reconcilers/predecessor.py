@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from reconcilers import status as st
+from reconcilers import status
 from reconcilers.types import Event, Obj
 
 # The kubelet confirms a delete within seconds of the grace period's end; two minutes later it will not.
@@ -27,26 +27,26 @@ def stuck_pod(stale_pods: list[Obj], now: datetime, bound_s: float | None = None
     stuck = []
     for pod in stale_pods:
         meta = pod.get("metadata") if isinstance(pod, dict) else None
-        since = st.parse_time(meta.get("deletionTimestamp")) if isinstance(meta, dict) else None
+        since = status.parse_time(meta.get("deletionTimestamp")) if isinstance(meta, dict) else None
         if since is not None and (now - since).total_seconds() > bound_s:
             stuck.append((str(meta.get("name") or "?"), meta["deletionTimestamp"]))
     return min(stuck) if stuck else None
 
 
-def report_stuck(status: Obj, stale_pods: list[Obj], namespace: str, now: datetime,
+def report_stuck(job_status: Obj, stale_pods: list[Obj], namespace: str, now: datetime,
                  bound_s: float | None = None) -> list[Event]:
-    """Sets or clears PREDECESSOR_CONDITION in `status`; the Warning Event of a new or changed one."""
+    """Sets or clears PREDECESSOR_CONDITION in `job_status`; the Warning Event of a new or changed one."""
     found = stuck_pod(stale_pods, now, bound_s)
-    before = st.get_condition(status, PREDECESSOR_CONDITION)
+    before = status.get_condition(job_status, PREDECESSOR_CONDITION)
     if found is None:
         if before is not None:
-            st.remove_condition(status, PREDECESSOR_CONDITION)
+            status.remove_condition(job_status, PREDECESSOR_CONDITION)
         return []
     name, since = found
     message = (f"waiting for pod {namespace}/{name} of a deleted MPIJob of the same name: it has been "
                f"terminating since {since} (its node may be down); this MPIJob starts once it is gone. If its "
                f"node is lost for good, remove it: kubectl -n {namespace} delete pod {name} --force --grace-period=0")
-    st.set_condition(status, PREDECESSOR_CONDITION, "True", R_STUCK, message, now)
+    status.set_condition(job_status, PREDECESSOR_CONDITION, "True", R_STUCK, message, now)
     if before is None or before.get("message") != message:  # one Event per pod, not per reconcile
         return [Event("Warning", R_STUCK, message)]
     return []

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from reconcilers.defaults import LAUNCHER, WORKER
+from reconcilers.types import Plan
 
 PERMANENT_STATUS = frozenset({400, 413, 422})
 R_REFUSED = "ChildRefused"  # reason of Failed (permanent) and Blocked (transient)
@@ -100,3 +101,12 @@ def same(a: Refusal | None, b: Refusal | None) -> bool:
     """The same refusal again (log and report it once, not per retry)."""
     return a is not None and b is not None and (a.code, a.reason, a.kind, a.name, a.message) == (
         b.code, b.reason, b.kind, b.name, b.message)
+
+
+def report(plan: Plan, r: Refusal) -> Plan:
+    """What to write in the pass that shows a refusal not shown yet. Transient: the status (Blocked)
+    and its Event only; the refused write waits for the backoff. Permanent: the whole plan of the
+    now Failed MPIJob, which stops its workers."""
+    if r.permanent:
+        return plan
+    return Plan(status=plan.status, events=plan.events)

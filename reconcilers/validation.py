@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import apilimits, defaults, workload_gang
-from reconcilers import names as n
+from reconcilers import apilimits, defaults, names, workload_gang
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
 from reconcilers.names import BACKEND_ANNOTATION
 from reconcilers.types import Config
@@ -181,8 +180,9 @@ def _validate_config_map_size(c: _Checker, job: dict, config: Config, workers: i
         return  # reported above
 
     def fits(w: int) -> bool:
-        return apilimits.config_map_bytes(n.job_name(job), n.job_namespace(job), config.cluster_domain, slots, impl,
-                                    bool(spec.get("runLauncherAsWorker")), w) <= apilimits.MAX_CONFIG_MAP_BYTES
+        return apilimits.config_map_bytes(names.job_name(job), names.job_namespace(job), config.cluster_domain,
+                                          slots, impl, bool(spec.get("runLauncherAsWorker")), w) \
+            <= apilimits.MAX_CONFIG_MAP_BYTES
 
     if not fits(workers):
         most = apilimits.max_workers(fits, workers)

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import names as n
-from reconcilers import podgroup
+from reconcilers import names, podgroup
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import ref_of
 from reconcilers.types import Config, Obj, Patch
@@ -140,8 +139,8 @@ def _gang_policy(mpijob: Obj) -> Obj:
 
 
 def _metadata(mpijob: Obj, owner_reference: Obj) -> Obj:
-    return {"name": n.job_name(mpijob), "namespace": n.job_namespace(mpijob),
-            "labels": n.job_labels(mpijob, None), "ownerReferences": [owner_reference]}
+    return {"name": names.job_name(mpijob), "namespace": names.job_namespace(mpijob),
+            "labels": names.job_labels(mpijob, None), "ownerReferences": [owner_reference]}
 
 
 def workload(mpijob: Obj, owner_reference: Obj) -> Obj:
@@ -152,13 +151,13 @@ def workload(mpijob: Obj, owner_reference: Obj) -> Obj:
         "apiVersion": API,
         "kind": WORKLOAD_KIND,
         "metadata": _metadata(mpijob, owner_reference),
-        "spec": {"controllerRef": {"apiGroup": n.API_GROUP, "kind": n.KIND, "name": n.job_name(mpijob)},
+        "spec": {"controllerRef": {"apiGroup": names.API_GROUP, "kind": names.KIND, "name": names.job_name(mpijob)},
                  "podGroupTemplates": [template]},
     }
 
 
 def pod_group(mpijob: Obj, owner_reference: Obj) -> Obj:
-    spec: Obj = {"workloadRef": {"workloadName": n.job_name(mpijob), "templateName": TEMPLATE},
+    spec: Obj = {"workloadRef": {"workloadName": names.job_name(mpijob), "templateName": TEMPLATE},
                  "schedulingPolicy": _gang_policy(mpijob)}
     if priority_class(mpijob):
         spec["priorityClassName"] = priority_class(mpijob)
@@ -218,7 +217,7 @@ def decorate_template(template: Obj, mpijob: Obj, config: Config) -> None:
     """Names the MPIJob's PodGroup on a pod template (mutated); a group the user named is replaced:
     the operator's gang is the one it creates and follows."""
     if enabled(config):
-        template["spec"]["schedulingGroup"] = {"podGroupName": n.job_name(mpijob)}
+        template["spec"]["schedulingGroup"] = {"podGroupName": names.job_name(mpijob)}
 
 
 # -- the wait, as users see it --------------------------------------------------------------------

@@ -61,6 +61,31 @@ def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, dict]:
     return {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
 
 
+def condition_statuses(kubectl: Callable, ns: str, name: str) -> dict[str, str]:
+    """type -> status of the MPIJob's conditions ({} while it does not exist)."""
+    return {t: c.get("status", "") for t, c in conditions(kubectl, ns, name).items()}
+
+
+def wait_finished(kubectl: Callable, ns: str, name: str, timeout: float) -> str:
+    """"Succeeded" or "Failed", whichever the MPIJob reaches first; after `timeout` s an
+    AssertionError with its conditions and the namespace's pods."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        found = condition_statuses(kubectl, ns, name)
+        for outcome in ("Succeeded", "Failed"):
+            if found.get(outcome) == "True":
+                return outcome
+        time.sleep(0.5)
+    listing = kubectl("-n", ns, "get", "pods", "-o", "wide", check=False).stdout
+    raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout}s: {found}\n{listing}")
+
+
+def role_pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
+    """The pods of MPIJob `name` in `role` (launcher or worker), by the operator's labels."""
+    return items(kubectl, ns, "pods", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}")
+
+
 def wait_condition(kubectl: Callable, ns: str, name: str, ctype: str, timeout: float = 90,
                    status: str = "True") -> dict:
     found: dict = {}

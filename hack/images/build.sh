@@ -25,6 +25,7 @@ trap 'for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done' EXIT
 
 LOG_TAG=images
 source "$here/../lib/common.sh"
+build_lock images
 
 # The Debian mirror this machine uses (deb822 .sources or one-line sources.list).
 apt_uri() {  # apt_uri <regex for the path>: first matching URI

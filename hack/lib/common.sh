@@ -25,3 +25,16 @@ stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID fi
   fi
   rm -f "$CLUSTER_DIR/pids/$name.pid"
 }
+
+# build_lock <name>: an exclusive lock on one cached build, held until the script exits. Two runs of
+# one build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the
+# same thing) then never build twice: the second waits, then finds the cache.
+build_lock() {
+  local dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks
+  mkdir -p "$dir"
+  exec {BUILD_LOCK_FD}>"$dir/$1.lock"
+  if ! flock -n "$BUILD_LOCK_FD"; then
+    log "waiting for another run of this build ($dir/$1.lock)"
+    flock "$BUILD_LOCK_FD"
+  fi
+}

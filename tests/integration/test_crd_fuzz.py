@@ -31,7 +31,7 @@ from tests.crd_fuzz import Case, Fuzzer, base_mpijob, names_the_field
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.builds("decodecheck")]
 
 CRD = ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
 SEED = int(os.environ.get("CRD_FUZZ_SEED", "20261203"))

@@ -125,7 +125,12 @@ def test_process_shows_a_server_error_as_blocked_retries_with_backoff_and_resets
     ctrl, api, server = setup
     server.fail_creates = ApiError(500, "InternalError", "etcd leader changed", retry_after=0.001)
     process(ctrl, server)
+    assert "Blocked" not in conditions(server) and len(ctrl.queue) == 1, "shown by the next pass, at once"
+    calls = len(api.calls)
+    process(ctrl, server)
     assert conditions(server).get("Blocked") == "True"
+    assert not [c for c in api.calls[calls:] if c[0] == "POST" and "/events" not in c[1]], \
+        "the pass that shows the refusal does not send the refused write again"
     assert ctrl.queue.num_requeues(KEY) == 1, "retried through the rate limiter, not at once"
     process(ctrl, server)
     assert ctrl.queue.num_requeues(KEY) == 2, "each failure backs off further"

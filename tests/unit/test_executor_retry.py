@@ -126,6 +126,9 @@ def test_create_meeting_already_exists(answers, outcome):
     plan = Plan(creates=[Create(CM)])
     if isinstance(outcome, str):
         assert ex.apply(JOB, plan).written[("configmaps", "ns", "pi-config")] == outcome
+    elif outcome is ForeignObject:  # reported in the result, like a refusal: the plan stops there
+        foreign = ex.apply(JOB, plan).foreign
+        assert isinstance(foreign, ForeignObject) and "is not controlled by MPIJob ns/pi" in str(foreign)
     else:
         with pytest.raises(outcome):
             ex.apply(JOB, plan)

@@ -87,6 +87,7 @@ def test_refusal_of_a_deleted_mpijob_is_not_inherited_by_a_namesake_seen_in_a_re
     old["metadata"]["generation"] = 1
     add_mpijob(ctrl, old)
     ctrl.executor.refuse = refused(422, "Invalid")
+    assert ctrl.sync("ns/pi") is False  # refused: remembered, and shown by the next pass
     assert ctrl.sync("ns/pi") is False
     assert failed_reason(ctrl.executor.plans[-1][1]) == "ChildRefused"
 

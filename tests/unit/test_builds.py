@@ -1,0 +1,42 @@
+"""testsupport/builds.py: which background builds a selection of tests needs, and where each test goes."""
+
+from __future__ import annotations
+
+import pytest
+
+from testsupport import builds
+
+
+@pytest.mark.parametrize("markers,want", [
+    ([], []),
+    ([()], []),
+    ([("prometheus",), ("kueue",)], ["kueue", "prometheus"]),  # in build order, not in test order
+    ([("operator-image", "prometheus"), ("kueue",), ("kueue",)], ["kueue", "operator-image", "prometheus"]),
+])
+def test_needed_is_every_named_build_once_in_build_order(markers, want):
+    assert builds.needed(markers) == want
+
+
+def test_an_unknown_build_is_an_error_naming_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown builds \['kueu'\]; known: \['decodecheck'"):
+        builds.needed([("kueu",)])
+
+
+@pytest.mark.parametrize("names,rank", [
+    ((), 0),
+    (("decodecheck",), 1),
+    (("prometheus", "operator-image"), len(builds.BUILDS)),  # after the last build it needs
+])
+def test_rank_puts_a_test_after_the_last_build_it_needs(names, rank):
+    assert builds.rank(names) == rank
+
+
+def test_every_build_script_exists_and_is_executable():
+    for b in builds.BUILDS:
+        script = builds.ROOT / b.argv[0]
+        assert script.is_file() and script.stat().st_mode & 0o111, script
+
+
+def test_nothing_to_build_starts_no_process(tmp_path):
+    assert builds.start([], tmp_path / "log") is None
+    builds.stop(None)  # and stopping nothing is a no-op

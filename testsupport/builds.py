@@ -1,0 +1,113 @@
+"""The cached builds some tests need beyond the local cluster (Kueue, the gang scheduler, the MPI
+images, Prometheus...), run in the background while the tests that need none of them run.
+
+A test module names what it needs with `pytestmark = pytest.mark.builds("kueue", ...)`. At the
+start of a session (conftest.py), the tests are put in the order of BUILDS (those that need nothing
+first, stable otherwise), and one background process builds what the selected tests need, one
+build after another, in that order, at the lowest CPU priority: the tests, which mostly wait on the
+cluster, keep their share of the 2 cores, and the compilers take what is left. A test's fixture
+asks for its build as it always did (hack/build-kueue.sh, hack/images/build.sh...); each script holds
+a lock on its cache (`build_lock`, hack/lib/common.sh), so the fixture waits for the background
+build and then finds the cache. On a warm cache every build is a cache hit of a second or less.
+docs/development.md, "make test on a fresh machine", has the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testsupport.paths import ROOT
+
+MARKER = "builds"
+
+
+@dataclass(frozen=True)
+class Build:
+    name: str
+    argv: tuple[str, ...]
+    needs_root: bool = False  # debootstrap and chroot: skipped elsewhere, as `make mpi-images` does
+
+
+# The order the background process builds them in, and so the order of the tests that need them:
+# the builds whose tests take longest come first, so that the last build to finish is followed by
+# the shortest tests.
+BUILDS: tuple[Build, ...] = (
+    Build("decodecheck", ("hack/build-decodecheck.sh",)),
+    Build("kueue", ("hack/build-kueue.sh",)),
+    Build("scheduler-plugins", ("hack/build-scheduler-plugins.sh",)),
+    Build("mpi-images", ("hack/images/build.sh", "mpis"), needs_root=True),
+    Build("operator-image", ("hack/images/build.sh", "operator"), needs_root=True),
+    Build("prometheus", ("hack/build-prometheus.sh",)),
+)
+NAMES = tuple(b.name for b in BUILDS)
+
+
+def needed(item_markers: list[tuple[str, ...]]) -> list[str]:
+    """The builds the given tests' `builds` markers name, in BUILDS order; an unknown name is an error."""
+    want = {name for names in item_markers for name in names}
+    unknown = want - set(NAMES)
+    if unknown:
+        raise ValueError(f"pytest.mark.builds names unknown builds {sorted(unknown)}; known: {list(NAMES)}")
+    return [n for n in NAMES if n in want]
+
+
+def rank(names: tuple[str, ...]) -> int:
+    """Where a test goes: 0 if it needs no build, else after the last build it needs (1-based)."""
+    return max((NAMES.index(n) + 1 for n in names), default=0)
+
+
+def start(names: list[str], log_path: Path) -> subprocess.Popen | None:
+    """The background process that builds `names` one after another, at the lowest CPU priority."""
+    if not names:
+        return None
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        # A session of its own, so that stop() reaches the compilers the scripts start, too.
+        return subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "testsupport.builds", *names],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """Ends the background builds if they still run (the tests that needed them did not run: -x, ^C).
+    A build stopped half-way leaves no cache entry: each script writes its output under a temporary
+    name and renames it when done."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run(names: list[str]) -> int:
+    """Builds `names` in BUILDS order, each to its cache; prints one line per build. The exit status
+    is that of the first build that failed (the rest still run: their tests may pass)."""
+    by_name = {b.name: b for b in BUILDS}
+    status = 0
+    for name in needed([tuple(names)]):
+        b = by_name[name]
+        if b.needs_root and os.geteuid() != 0:
+            print(f"[builds] {name}: skipped (needs root, as the real node does)", flush=True)
+            continue
+        t0 = time.monotonic()
+        # PIP_PYTHON: the operator image's wheel is built by this venv's pip, as `make image` does.
+        r = subprocess.run([str(ROOT / b.argv[0]), *b.argv[1:]], cwd=ROOT, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "PIP_PYTHON": sys.executable})
+        print(f"[builds] {name}: exit {r.returncode} after {time.monotonic() - t0:.0f}s", flush=True)
+        status = status or r.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:] or list(NAMES)))
