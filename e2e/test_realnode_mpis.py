@@ -21,7 +21,6 @@ from realnode_mpi import (
     SSHD,
     apply,
     condition,
-    conditions,
     hostfile_hosts,
     launcher_logs,
     load_images,
@@ -35,6 +34,7 @@ from realnode_mpi import (
     wait_launcher_running,
 )
 
+from testsupport.kubectl import condition_statuses
 from testsupport.paths import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
@@ -159,7 +159,7 @@ def test_worker_deleted_mid_run_comes_back_and_retry_succeeds(kubectl, realnode,
         if len(ws) == 2 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in ws}:
             back = f"{time.monotonic() - t0:.1f}s"
             break
-        if flavour == "openmpi5" and conditions(kubectl, namespace, name).get("Failed") == "True":
+        if flavour == "openmpi5" and condition_statuses(kubectl, namespace, name).get("Failed") == "True":
             break  # PRRTE exited 0 before the worker was back: the MPIJob ended, cleanPodPolicy stopped the workers
         time.sleep(0.2)
     else:
