@@ -64,6 +64,41 @@ def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, names
                                                         "/pi-worker"]
 
 
+def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_worker_lost(kubectl, operator, namespace, backend):
+    """What Open MPI 5's mpirun (PRRTE) does when a worker's daemon is lost: it exits 0 (section 9 of
+    docs/architecture.md). Worker 1 is deleted while the launcher runs (kwok plays its sshd exiting
+    0, as the real node does); it comes back under its name and the MPIJob is Running again, which
+    clears Restarting; only then does the launcher exit 0. The MPIJob ends Failed/WorkerLostDuringRun,
+    never Succeeded, on both backends however fast the replacement (the StatefulSet's, on kwok, is
+    often faster than a reconcile). Deleted 3 s after Running: a replacement is told from a worker of
+    the bring-up by its creation 2 s or more after Running (reconcilers/workerloss.py)."""
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="25s"))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    time.sleep(3)
+    (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-1"]
+    t0 = now()
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+
+    def back_and_running() -> bool:
+        ws = ready_workers(kubectl, namespace, "pi")
+        return (len(ws) == 2 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in ws}
+                and conditions(kubectl, namespace, "pi").get("Running", {}).get("status") == "True")
+
+    wait_until(back_and_running, 60, interval=0.2, what="worker 1 back and the MPIJob Running again")
+    back = now() - t0
+    conds = conditions(kubectl, namespace, "pi")
+    assert "Restarting" not in conds, conds  # Running cleared it: the record below is what is left
+    assert conds.get("WorkerLost", {}).get("status") == "True", conds
+    (launcher,) = pods(kubectl, namespace, "pi", "launcher")
+    assert launcher["status"].get("phase") == "Running", "the launcher ended before the worker came back"
+    failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
+    assert failed["reason"] == "WorkerLostDuringRun", failed
+    assert "Succeeded" not in conditions(kubectl, namespace, "pi")
+    assert any(e["type"] == "Warning" and "spec.mpiImplementation" in e["message"]
+               for e in events(kubectl, namespace, "pi")), events(kubectl, namespace, "pi")
+    print(f"\n[{backend}] worker lost -> back and Running {back:.1f}s; record: {conds['WorkerLost']['message']}")
+
+
 def test_suspend_then_resume_brings_every_worker_back(kubectl, operator, namespace, backend):
     """Kueue's preemption: every worker's sshd exits 0 on the suspend; the resume only flips suspend."""
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="8s"))

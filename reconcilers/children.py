@@ -70,16 +70,19 @@ def _only_discover_hosts(want: Obj, have: Obj) -> bool:
 
 def workers_ready(ctx: JobContext) -> bool:
     count = desired.worker_replicas(ctx.job)
-    if count == 0:
-        return True
+    return count == 0 or ready_workers(ctx) >= count
+
+
+def ready_workers(ctx: JobContext) -> int:
+    """Workers Ready now: the StatefulSet's readyReplicas or the Job's ready (0 while it is deleted)."""
     if takeover.upstream_shaped(ctx):
-        return takeover.bare_workers_ready(ctx) >= count
+        return takeover.bare_workers_ready(ctx)
     workers = ctx.workers
     if not ctx.owned(workers) or ownership.deleting(workers):
-        return False
+        return 0
     wst = workers.get("status") or {}
     ready = wst.get("readyReplicas") if workers.get("kind") == "StatefulSet" else wst.get("ready")
-    return int(ready or 0) >= count
+    return int(ready or 0)
 
 
 def launcher_running(ctx: JobContext) -> bool:

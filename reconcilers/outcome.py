@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconcilers import refusal, status
+from reconcilers import refusal, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
@@ -88,50 +88,24 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
             draft.event("Normal", status.R_SUCCEEDED, msg)
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
+        workerloss.drop(draft)  # a record left of an earlier attempt: this one lost no worker
     else:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)
     not_running_if_never_ran(draft, when)
 
 
-def _finished_at(pod: dict) -> list:
-    return [status.parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
-
-
 def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
-    """What shows that a worker was lost while the launcher pod that Succeeded ran
-    (docs/architecture.md section 9): the Restarting condition a worker loss set at or after that
-    pod's start, the worker Job created anew during its run, or a worker pod deleted or ended
-    between the pod's start and its end. Only an MPI whose mpirun exits 0 after
-    losing a host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
-    if ctx.spec.get("mpiImplementation") != "OpenMPI":
+    """What shows that a worker was lost while the launcher pod that Succeeded ran (reconcilers/
+    workerloss.py, docs/architecture.md section 9). Only an MPI whose mpirun exits 0 after losing a
+    host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
+    if not workerloss.applies(ctx):
         return None
     done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
     if not done:
         return None
     pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    started = status.parse_time((pod.get("status") or {}).get("startTime"))
-    finished = max((t for t in _finished_at(pod) if t), default=None)
-    if started is None or finished is None:
-        return None
-    # A loss before this pod started (a retry's, which the Job delays by 10 s or more) is not its.
-    restarting = status.get_condition(draft.old_status, status.RESTARTING) or {}
-    lost_at = status.parse_time(restarting.get("lastTransitionTime"))
-    if (restarting.get("status") == "True" and status.WORKER_LOST_WHY in (restarting.get("message") or "")
-            and lost_at is not None and started <= lost_at):
-        return "a worker was lost"
-    # The Job backend recreates its worker Job to bring a lost worker back: the launcher can outlive
-    # the loss by a second or two, long enough for Running (which clears Restarting) to come back.
-    created = status.parse_time(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp"))
-    if created is not None and started < created <= finished:
-        return "the workers were recreated (a worker was lost)"
-    for w in ctx.pods.workers:
-        gone = [status.parse_time((w.get("metadata") or {}).get("deletionTimestamp")), *_finished_at(w)]
-        if any(t is not None and started < t <= finished for t in gone):
-            host = (w.get("spec") or {}).get("hostname") or (w.get("metadata") or {}).get("name", "?")
-            return f"worker {host} was lost"
-    return None
+    return workerloss.lost_during(ctx, draft, pod)
 
 
 def not_running_if_never_ran(draft: Draft, when: str | None) -> None:

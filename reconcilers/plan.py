@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status
+from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
@@ -135,6 +135,8 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)
     running = ctx.launcher is not None and children.launcher_running(ctx) and workers_ready
+    # Open MPI 5's mpirun exits 0 after losing a worker: remember the loss past Running (workerloss.py).
+    workerloss.record(ctx, draft, children.ready_workers(ctx))
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}
     # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs.
     worker_failed = any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded") for p in ctx.pods.workers)
@@ -162,6 +164,7 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     if status.get_condition(draft.status, status.RUNNING) is not None:
         draft.condition(status.RUNNING, "False", status.R_SUSPENDED, msg)
     status.remove_condition(draft.status, status.RESTARTING)
+    workerloss.drop(draft)  # the launcher's pod is stopped: that attempt is over
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.shared_children(ctx, draft)
     children.sync_workers(ctx, draft, running=False)

@@ -322,18 +322,3 @@ def test_an_open_mpi_success_without_a_loss_is_a_success():
                   pods=[_launcher_done(job, "2025-01-01T12:00:00Z", done), *obs.pods[1:]])
     p = run(job, obs, "job", now=at(22))
     assert cond(p.status, st.SUCCEEDED)["status"] == "True" and cond(p.status, st.FAILED) is None
-
-
-def test_workers_recreated_during_the_run_count_after_running_came_back():
-    """The Job backend brought the lost worker back (a new worker Job) and Running cleared
-    Restarting before the launcher exited 0: the worker Job's creation shows the loss."""
-    job, obs = running_state(mpijob(spec={"mpiImplementation": "OpenMPI"}), "job")
-    workers = copy.deepcopy(obs.workers)
-    workers["metadata"]["creationTimestamp"] = "2025-01-01T12:00:20Z"
-    done = "2025-01-01T12:00:21Z"
-    obs = replace(obs, workers=workers,
-                  launcher=job_finished(obs.launcher, "Complete", when=done, succeeded=1, active=0),
-                  pods=[_launcher_done(job, "2025-01-01T12:00:00Z", done), *obs.pods[1:]])
-    assert st.is_true(job["status"], st.RUNNING)
-    p = run(job, obs, "job", now=at(22))
-    assert cond(p.status, st.FAILED)["reason"] == "WorkerLostDuringRun", p.status
