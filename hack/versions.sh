@@ -12,3 +12,6 @@ SCHEDULER_PLUGINS_VERSION=0.34.7
 VOLCANO_VERSION=1.15.1
 # Kueue for the e2e tests of the suspend protocol (e2e/test_kueue.py); built by hack/build-kueue.sh.
 KUEUE_VERSION=0.19.2
+# The Kubeflow MPI Operator (Go) that `make bench` runs beside this one (bench/go_operator.py);
+# built by hack/build-mpi-operator-go.sh from its Go module.
+MPI_OPERATOR_GO_VERSION=0.8.2
