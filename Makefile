@@ -90,7 +90,7 @@ demo: $(PY) ## from nothing: cluster up, operator started, examples/pi.yaml to S
 demo-deployed: $(PY) ## the operator as a Deployment on the real node: pi through it, a failover, Prometheus's figures
 	$(PY) -m pytest e2e/test_deployed.py -q -s -p no:cacheprovider
 
-bench: $(PY) ## the benchmarks: a table on stdout, JSON in bench/results/
+bench: $(PY) ## the benchmarks, this operator beside the Go one (BENCH_GO=0: without it): a table on stdout, JSON in bench/results/
 	@mkdir -p bench/results
 	$(PY) -m bench.run --out bench/results
 

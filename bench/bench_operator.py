@@ -56,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench import apiserver_meter as meter
-from bench import cpu_profile
+from bench import cpu_profile, go_operator
 from client.errors import ApiError
 from client.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource
 from client.rest import RestClient
@@ -65,6 +65,7 @@ from testsupport.operator_process import OperatorProcess, parse_metrics, sum_by
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 BACKENDS = ("job", "statefulset")
+GO = "go"  # the Kubeflow MPI Operator (Go) v0.8.2, plain worker pods (bench/go_operator.py)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class Case:
     @property
     def label(self) -> str:
         return f"{self.backend[:3]} w={self.workers} n={self.mpijobs}" + (" LE" if self.leader_elect else "")
+
+    @property
+    def is_go(self) -> bool:
+        return self.backend == GO
 
 
 # Both backends at 2 and 8 workers with 100 MPIJobs and at 2 with 1000, the default backend at 8
@@ -298,7 +303,9 @@ def cluster_writes(client: RestClient) -> dict[str, float]:
 
 def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, timeout: float,
             cleanup_wait_s: float, audit: meter.AuditMeter, operator_root: Path = ROOT,
-            profile_dir: Path | None = None) -> dict:
+            profile_dir: Path | None = None, steady_s: float = STEADY_SECONDS, go_build: tuple | None = None) -> dict:
+    """One run of `case`: a fresh namespace and operator process (the Go operator's for backend "go",
+    `go_build` being go_operator.build()'s answer), every MPIJob submitted at once."""
     backend, n, workers = case.backend, case.mpijobs, case.workers
     ns = f"bench-{backend[:3]}-{workers}-{n}-{uuid.uuid4().hex[:5]}"
     print(f">> operator benchmark: {case.label}, namespace {ns}", file=sys.stderr, flush=True)
@@ -329,7 +336,8 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
                                     if c.get("type") == "Failed")
 
     watches: list[Watch] = []
-    op: OperatorProcess | None = None
+    op: OperatorProcess | go_operator.GoOperatorProcess | None = None
+    scope = contextlib.ExitStack()
     prof: cpu_profile.Profiler | None = None
     result: dict = {"backend": backend, "workers": workers, "mpijobs": n, "leader_elect": case.leader_elect,
                     "label": case.label, "namespace": ns}
@@ -337,8 +345,17 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
         watches.append(Watch(client, JOBS, ns, on_job, selector=f"{ROLE_LABEL}=launcher").start())
         watches.append(Watch(client, MPIJOBS, ns, on_mpijob).start())
         flags = (*OPERATOR_FLAGS, "--leader-elect") if case.leader_elect else OPERATOR_FLAGS
-        log_name = f"operator-{backend}-w{workers}-n{n}{'-le' if case.leader_elect else ''}"
-        op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"{log_name}.log", flags, root=operator_root)
+        log_name = f"operator-{backend}-w{workers}-n{n}{'-le' if case.leader_elect else ''}-{ns[-5:]}"
+        if case.is_go:
+            if go_build is None:
+                raise ValueError("a Go case needs go_operator.build()'s binary and module")
+            scope.enter_context(go_operator.bound_role(client, go_build[1]))
+            lock_ns = scope.enter_context(_scratch_namespace(client, f"{ns}-lock"))
+            op = go_operator.GoOperatorProcess(go_build[0], sa_kubeconfig, ns, lock_ns, log_dir / f"{log_name}.log",
+                                               OPERATOR_FLAGS)
+        else:
+            op = OperatorProcess(sa_kubeconfig, backend, ns, log_dir / f"{log_name}.log", flags,
+                                 root=operator_root)
         result["operator_ready_s"] = round(op.wait_ready(), 2)
         time.sleep(1)  # the first resync-free moment after the caches synced
         if profile_dir is not None:
@@ -398,7 +415,7 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
         # steady state: every MPIJob Running, nothing changes; with leader election on, the Lease (in its
         # own namespace) is the one write expected, so that run counts the operator's writes anywhere
         steady = audit.mark()
-        time.sleep(STEADY_SECONDS)
+        time.sleep(steady_s)
         audit.settle()
         result["steady_writes"] = meter.per(meter.writes(audit.count(
             steady, None if case.leader_elect else ns)), 1)
@@ -421,9 +438,10 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
             "launcher_latency_watch_s": _dist(watch_lat),
             "running_latency_watch_s": _dist(running_lat),
             "create_ack_s": _dist([acked[k] - sent[k] for k in sent]),
-            "api_requests_per_mpijob": round((sum(req1.values()) - sum(req0.values())) / n, 2),
+            # the Go operator has no metrics of ours: the audit log's counts alone (None here)
+            "api_requests_per_mpijob": None if case.is_go else round((sum(req1.values()) - sum(req0.values())) / n, 2),
             "api_requests_per_mpijob_by_method": _delta(req1, req0, n),
-            "api_writes_per_mpijob": round((sum(wr1.values()) - sum(wr0.values())) / n, 2),
+            "api_writes_per_mpijob": None if case.is_go else round((sum(wr1.values()) - sum(wr0.values())) / n, 2),
             "api_writes_per_mpijob_by_verb": _delta(wr1, wr0, n),
             "operator_cpu_s": round(settled["cpu_s"] - idle["cpu_s"], 2),
             "operator_cpu_ms_per_mpijob": round(1000 * (settled["cpu_s"] - idle["cpu_s"]) / n, 1),
@@ -442,7 +460,19 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
         for w in watches:
             w.stop()
         result["cleanup_s"] = cleanup_namespace(client, ns, cleanup_wait_s)
+        scope.close()
     return result
+
+
+@contextlib.contextmanager
+def _scratch_namespace(client: RestClient, ns: str):
+    """A namespace for the block (the Go operator's leader election Lease), deleted after."""
+    client.request("POST", NAMESPACES.path(), body={"metadata": {"name": ns}})
+    try:
+        yield ns
+    finally:
+        with contextlib.suppress(ApiError):
+            client.request("DELETE", NAMESPACES.path(None, ns))
 
 
 def cases_of(spec: str) -> list[Case]:
@@ -450,8 +480,8 @@ def cases_of(spec: str) -> list[Case]:
     out = []
     for item in filter(None, spec.split(",")):
         backend, workers, n, *le = item.split(":")
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r} in {item!r}: choose from {BACKENDS}")
+        if backend not in (*BACKENDS, GO):
+            raise ValueError(f"unknown backend {backend!r} in {item!r}: choose from {(*BACKENDS, GO)}")
         out.append(Case(backend, int(workers), int(n), leader_elect=le == ["le"]))
     return out
 

@@ -1,14 +1,18 @@
 """`make bench`: every benchmark, one table on stdout, JSON in --out (<UTC time>.json and latest.json).
 
-    python -m bench.run [--out bench/results] [--cases job:2:100,...] [--no-profile] [--quick]
+    python -m bench.run [--out bench/results] [--pairs 2:100,...] [--runs 3] [--no-go]
+                        [--matrix | --cases job:2:100,...] [--no-profile] [--quick]
 
 - plan: pure reconciles per second (bench_plan), no cluster;
 - informer: events/s through informer -> queue, memory per cached pod (bench_informer);
 - cluster: the pods a second the local cluster creates and runs, the writes a second its API server
   sustains, without the operator: what the operator's throughput is compared with (bench_cluster);
-- operator: throughput, latency, API requests and writes counted by the API server, steady-state
-  writes, CPU (with a py-spy profile) and memory of the operator, for each case of
-  bench_operator.MATRIX (bench_operator);
+- side by side: this operator and the Kubeflow MPI Operator (Go) v0.8.2 on the same cases, runs
+  interleaved, each figure as this / Go with min-median-max over 3 runs (bench/side_by_side.py);
+  `--no-go` (or BENCH_GO=0) runs this operator's side alone, without building the Go operator;
+- operator, with --matrix or --cases: throughput, latency, API requests and writes counted by the API
+  server, steady-state writes, CPU (with a py-spy profile) and memory of the operator, for each case
+  of bench_operator.MATRIX or --cases (bench_operator);
 - control plane: the resident memory of the local cluster's processes (.cluster/pids) while idle.
 The local cluster is started (hack/cluster-up.sh, REAL_NODE=0 unless set) when it is not up.
 Operator logs of the last run are in <out>/operator-logs/.
@@ -24,7 +28,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_cluster, bench_informer, bench_operator, bench_plan
+from bench import bench_cluster, bench_informer, bench_operator, bench_plan, side_by_side
 from testsupport.paths import ROOT
 
 
@@ -87,29 +91,41 @@ def render(results: dict) -> str:
         (f"writes per second sustained ({writes['clients']} clients)", [writes["writes_per_s"]]),
     ], title=f"cluster, no operator ({cl['writers']} processes x {cl['threads']} threads)"))
 
-    parts.append(bench_operator.table(results["operator"]))
-    prof = bench_operator.profiles(results["operator"])
-    if prof:
-        parts.append(prof)
+    side = results.get("side_by_side")
+    if side:
+        parts.append("side by side with the Kubeflow MPI Operator (Go) v0.8.2, median (min-max) over the runs\n"
+                     + side_by_side.render(side["summary"], f"{side['cpus']} cores shared with other work"))
+    if results.get("operator"):
+        parts.append(bench_operator.table(results["operator"]))
+        prof = bench_operator.profiles(results["operator"])
+        if prof:
+            parts.append(prof)
     return "\n\n".join(parts)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="all benchmarks")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--pairs", default=None, help="side by side: workers:MPIJobs,... (default: 2:100,8:100,2:1000)")
+    ap.add_argument("--runs", type=int, default=side_by_side.RUNS, help="side by side: runs of each case")
+    ap.add_argument("--no-go", action="store_true", default=os.environ.get("BENCH_GO") == "0",
+                    help="side by side without the Go operator (also BENCH_GO=0)")
+    ap.add_argument("--matrix", action="store_true", help="this operator alone on bench_operator.MATRIX too")
     ap.add_argument("--cases", default=None,
-                    help="backend:workers:MPIJobs[:le],... (default: bench_operator.MATRIX)")
+                    help="this operator alone on backend:workers:MPIJobs[:le],... too")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy over the operator")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: few small cases, 1000 ConfigMaps, 200 pods, 3 s of writes")
     a = ap.parse_args()
     if a.quick:
         a.cases = a.cases or "job:2:1,job:8:10,statefulset:8:10,job:2:10:le"
+        a.pairs, a.runs = a.pairs or "2:10", min(a.runs, 2)
         bench_informer.N_CONFIGMAPS = 1000
         bench_cluster.PODS_N, bench_cluster.WRITE_SECONDS = 200, 3.0
         bench_operator.PROFILED = bench_operator.Case("job", 8, 10)
     try:
-        cases = bench_operator.cases_of(a.cases) if a.cases else list(bench_operator.MATRIX)
+        cases = bench_operator.cases_of(a.cases) if a.cases else list(bench_operator.MATRIX) if a.matrix else []
+        pairs = side_by_side.pairs_of(a.pairs) if a.pairs else list(side_by_side.PAIRS)
     except ValueError as e:
         ap.error(str(e))
     out = Path(a.out)
@@ -126,10 +142,14 @@ def main() -> int:
     print(">> informer pipeline", file=sys.stderr, flush=True)
     results["informer"] = bench_informer.run()
     results["cluster"] = bench_cluster.run(kubeconfig)
-    print(">> operator", file=sys.stderr, flush=True)
-    results["operator"] = bench_operator.run(cases, kubeconfig, log_dir=out / "operator-logs",
-                                             profile=not a.no_profile)
-    bench_operator.add_bounds(results["operator"], results["cluster"])
+    print(">> side by side", file=sys.stderr, flush=True)
+    results["side_by_side"] = side_by_side.run(pairs, a.runs, go=not a.no_go, kubeconfig=kubeconfig,
+                                               log_dir=out / "operator-logs")
+    if cases:
+        print(">> operator", file=sys.stderr, flush=True)
+        results["operator"] = bench_operator.run(cases, kubeconfig, log_dir=out / "operator-logs",
+                                                 profile=not a.no_profile)
+        bench_operator.add_bounds(results["operator"], results["cluster"])
     results["wall_s"] = round(time.monotonic() - t0, 1)
 
     print(render(results))
