@@ -144,7 +144,8 @@ def main() -> int:
     results["cluster"] = bench_cluster.run(kubeconfig)
     print(">> side by side", file=sys.stderr, flush=True)
     results["side_by_side"] = side_by_side.run(pairs, a.runs, go=not a.no_go, kubeconfig=kubeconfig,
-                                               log_dir=out / "operator-logs")
+                                               log_dir=out / "operator-logs",
+                                               partial=out / "side_by_side.partial.json")
     if cases:
         print(">> operator", file=sys.stderr, flush=True)
         results["operator"] = bench_operator.run(cases, kubeconfig, log_dir=out / "operator-logs",

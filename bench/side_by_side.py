@@ -149,8 +149,9 @@ def render(summary: list[dict], note: str = "") -> str:
 
 
 def run(pairs: list[tuple[int, int]] | tuple = PAIRS, runs: int = RUNS, go: bool = True, statefulset: bool = True,
-        kubeconfig: str | None = None, log_dir: Path | None = None) -> dict:
-    """Every run of schedule(), in order; timeouts as bench_operator.run's."""
+        kubeconfig: str | None = None, log_dir: Path | None = None, partial: Path | None = None) -> dict:
+    """Every run of schedule(), in order; timeouts as bench_operator.run's. `partial`: a JSON file
+    rewritten with the runs so far after each one, so that an interrupted benchmark still counts."""
     cases = schedule(list(pairs), runs, go, statefulset, BIG_STATEFULSET_RUNS)
     admin = bench_operator.ensure_cluster(kubeconfig)
     client = RestClient.from_kubeconfig(admin, qps=0, burst=1)
@@ -172,6 +173,8 @@ def run(pairs: list[tuple[int, int]] | tuple = PAIRS, runs: int = RUNS, go: bool
             results.append(bench_operator.run_one(
                 client, sa, case, logs, 120 + 0.05 * pods, cleanup_wait_s=0 if i == len(cases) - 1 else 900,
                 audit=audit, operator_root=operator_root, steady_s=STEADY_S, go_build=go_build))
+            if partial is not None:
+                partial.write_text(json.dumps({"results": results, "summary": summarize(results)}, indent=2) + "\n")
     except BaseException:
         print(f"bench: operator logs kept in {logs}", file=sys.stderr)
         raise
@@ -192,15 +195,19 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=RUNS)
     ap.add_argument("--no-statefulset", action="store_true")
     ap.add_argument("--no-go", action="store_true", help="this operator alone (no Go build, no Go runs)")
-    ap.add_argument("--out", default=None, help="write the JSON there")
+    ap.add_argument("--out", default=None, help="write the JSON there (<out>.partial after each run)")
+    ap.add_argument("--from-json", default=None, help="print the table of a JSON written before (or .partial)")
     ap.add_argument("--log-dir", default=None)
     a = ap.parse_args()
+    if a.from_json:
+        print(render(summarize(json.loads(Path(a.from_json).read_text())["results"])))
+        return 0
     try:
         pairs = pairs_of(a.pairs) if a.pairs else list(PAIRS)
     except ValueError as e:
         ap.error(str(e))
     out = run(pairs, a.runs, go=not a.no_go, statefulset=not a.no_statefulset,
-              log_dir=a.log_dir and Path(a.log_dir))
+              log_dir=a.log_dir and Path(a.log_dir), partial=a.out and Path(a.out + ".partial"))
     print(render(out["summary"], f"{out['cpus']} cores shared with other work; operator {out['operator_commit']}"))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
