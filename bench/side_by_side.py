@@ -114,6 +114,16 @@ def summarize(results: list[dict]) -> list[dict]:
     return out
 
 
+def merged(spec: str) -> list[dict]:
+    """The runs of 'FILE[:backend+backend],...': each file's runs, of the backends named if any."""
+    out = []
+    for item in filter(None, spec.split(",")):
+        path, _, backends = item.partition(":")
+        keep = set(backends.split("+")) if backends else None
+        out += [r for r in json.loads(Path(path).read_text())["results"] if keep is None or r["backend"] in keep]
+    return out
+
+
 def _num(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
@@ -196,11 +206,13 @@ def main() -> int:
     ap.add_argument("--no-statefulset", action="store_true")
     ap.add_argument("--no-go", action="store_true", help="this operator alone (no Go build, no Go runs)")
     ap.add_argument("--out", default=None, help="write the JSON there (<out>.partial after each run)")
-    ap.add_argument("--from-json", default=None, help="print the table of a JSON written before (or .partial)")
+    ap.add_argument("--from-json", default=None,
+                    help="print the table of JSON written before: FILE[:backend+backend],... (e.g. "
+                         "after.json:job+statefulset,before.json:go: one side's runs from another run)")
     ap.add_argument("--log-dir", default=None)
     a = ap.parse_args()
     if a.from_json:
-        print(render(summarize(json.loads(Path(a.from_json).read_text())["results"])))
+        print(render(summarize(merged(a.from_json))))
         return 0
     try:
         pairs = pairs_of(a.pairs) if a.pairs else list(PAIRS)

@@ -3,6 +3,8 @@ the runs, the ratios this / Go, the table, and the Go operator's RBAC and flags.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench import go_operator, side_by_side
@@ -147,3 +149,13 @@ def test_go_flags_share_threadiness_qps_burst_and_raise_the_queue_limit():
 
 def test_go_case_label():
     assert Case(GO, 2, 100).is_go and not Case("job", 2, 100).is_go
+
+
+def test_merged_takes_each_files_runs_of_the_backends_named(tmp_path):
+
+    a, b = tmp_path / "after.json", tmp_path / "before.json"
+    a.write_text(json.dumps({"results": [run("job", 2, 100, 1, 1, 10), run(GO, 2, 100, 2, 1, 12)]}))
+    b.write_text(json.dumps({"results": [run("job", 2, 100, 3, 1, 10), run(GO, 2, 100, 4, 1, 12)]}))
+    got = side_by_side.merged(f"{a}:job+statefulset,{b}:go")
+    assert [(r["backend"], r["running_per_s"]) for r in got] == [("job", 1), (GO, 4)]
+    assert len(side_by_side.merged(str(a))) == 2
