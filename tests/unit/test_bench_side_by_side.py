@@ -152,7 +152,6 @@ def test_go_case_label():
 
 
 def test_merged_takes_each_files_runs_of_the_backends_named(tmp_path):
-
     a, b = tmp_path / "after.json", tmp_path / "before.json"
     a.write_text(json.dumps({"results": [run("job", 2, 100, 1, 1, 10), run(GO, 2, 100, 2, 1, 12)]}))
     b.write_text(json.dumps({"results": [run("job", 2, 100, 3, 1, 10), run(GO, 2, 100, 4, 1, 12)]}))
