@@ -280,9 +280,12 @@ class MPIJobController:
         those the refused plan was made from: never a namesake's."""
         metrics.reconcile_errors.labels(e.reason or str(e.status)).inc()
         r = refusal.Refusal(e.status, e.reason, e.message, e.kind, e.name,
-                       (mpijob.get("metadata") or {}).get("generation"), refusal.causes_of(e.body))
-        if refusal.same(mem.refusal, r) and mem.refusal_shown:
-            self._retry_refused(key, r)
+                            (mpijob.get("metadata") or {}).get("generation"), refusal.causes_of(e.body))
+        if refusal.same(mem.refusal, r):
+            if mem.refusal_shown:
+                self._retry_refused(key, r)
+            else:  # the pass that shows it met it again (a permanent one's plan): show it after a backoff
+                self.queue.add_rate_limited(key)
             return False
         log.warning("the API server refused a child", verb=e.verb, kind=e.kind, name=e.name, code=e.status,
                     reason=e.reason, error=e.message, permanent=r.permanent)

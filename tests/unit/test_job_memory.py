@@ -246,3 +246,23 @@ def test_refusal_resync_is_paced_by_the_queue_bucket(ctrl):
     changed = dict(jobs[-1], metadata={**jobs[-1]["metadata"], "resourceVersion": "2"})
     handler.on_update(jobs[-1], changed)
     assert "ns/j299" in list(ctrl.queue._queue)
+
+
+def test_a_refusal_met_again_by_the_pass_that_shows_it_backs_off_instead_of_spinning(ctrl):
+    """The pass that shows a permanent refusal applies the whole plan of the Failed MPIJob; if the
+    server refuses that again the same way, the next try waits for the backoff (no hot loop)."""
+    ctrl._active = True
+    add_mpijob(ctrl, mpijob("pi"))
+    r = refused(422, "Invalid")
+
+    def refuse_everything(job, plan):
+        ctrl.executor.plans.append((job, plan))
+        return Result(refused=r)
+
+    ctrl.executor.apply = refuse_everything
+    assert ctrl.sync("ns/pi") is False
+    assert ctrl.queue.num_requeues("ns/pi") == 0, "a new refusal is shown by the next pass, at once"
+    assert ctrl.sync("ns/pi") is False
+    assert failed_reason(ctrl.executor.plans[-1][1]) == "ChildRefused", "that pass shows it"
+    assert ctrl.queue.num_requeues("ns/pi") == 1, "refused again while shown: retried with backoff"
+    assert ctrl.memory.peek("ns/pi").refusal_shown is False, "still to be shown"
