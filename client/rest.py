@@ -3,19 +3,18 @@ client-side token bucket (client-go's --kube-api-qps/--kube-api-burst), and line
 streams.
 
 The generated model classes are not used: they are an order of magnitude slower than json.loads,
-and the informers only need dicts. JSON is decoded and encoded by orjson: every watch event and
-response of the operator passes through here, and orjson gives the same dicts as the standard
-library's decoder in about half its CPU (docs/architecture.md section 7.1). Requests go straight
-to the kubernetes client's urllib3 pool (its TLS settings, client certificates and proxy), not
-through ApiClient.call_api, whose per-request serialization walk of the body and refresh of the
-credentials were a fifth of the operator's CPU (docs/architecture.md section 7.1). Authentication
-(bearer tokens, exec plugins, the in-cluster token that rotates) is still the kubernetes client's:
-its Configuration's auth settings, asked again every AUTH_REFRESH_SECONDS and after any 401.
+and the informers only need dicts. Requests go straight to the kubernetes client's urllib3 pool
+(its TLS settings, client certificates and proxy), not through ApiClient.call_api, whose per-request
+serialization walk of the body and refresh of the credentials were a fifth of the operator's CPU
+(docs/architecture.md section 7.1). Authentication (bearer tokens, exec plugins, the in-cluster token
+that rotates) is still the kubernetes client's: its Configuration's auth settings, asked again every
+AUTH_REFRESH_SECONDS and after any 401.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -24,7 +23,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 import kubernetes
-import orjson
 import urllib3
 from prometheus_client import Counter
 
@@ -74,9 +72,9 @@ class WatchStream:
                 buf = lines.pop()
                 for line in lines:
                     if line.strip():
-                        yield orjson.loads(line)
+                        yield json.loads(line)
             if buf.strip():
-                yield orjson.loads(buf)
+                yield json.loads(buf)
         finally:
             self.close()
 
@@ -170,7 +168,7 @@ class RestClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = body if isinstance(body, bytes | str) else orjson.dumps(body)
+            data = body if isinstance(body, bytes | str) else json.dumps(body, separators=(",", ":")).encode()
         url = self.api_client.configuration.host + path
         qs = _query_string(query)
         if qs:
@@ -197,7 +195,7 @@ class RestClient:
         answer; connection errors (urllib3) propagate as they are. `guard` is called once the client's
         throttle lets the call go, just before it is sent; what it raises aborts the call."""
         data = _body(self._send(method.upper(), path, query, body, content_type, timeout, guard))
-        return orjson.loads(data) if data else {}
+        return json.loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:
         """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
