@@ -118,7 +118,10 @@ def losses(ctx: JobContext, draft: Draft, workers_ready: int) -> list[tuple[date
     grew (a scale-up) is not a loss, so the bar is what the last status recorded as active."""
     out = pod_losses(ctx) + replaced_unseen(ctx, draft.old_status)
     count = desired.worker_replicas(ctx.job)
-    was = ((draft.old_status.get("replicaStatuses") or {}).get("Worker") or {}).get("active")
+    # The status as stored: any shape the CRD admits (it does not type replicaStatuses' values).
+    replicas = draft.old_status.get("replicaStatuses")
+    worker = replicas.get("Worker") if isinstance(replicas, dict) else None
+    was = worker.get("active") if isinstance(worker, dict) else None
     bar = min(count, int(was)) if isinstance(was, int) else count
     if status.is_true(draft.old_status, status.RUNNING) and workers_ready < bar:
         out.append((ctx.now, f"only {workers_ready} of {bar} worker(s) are Ready"))
