@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -32,7 +31,7 @@ import yaml
 
 from client.errors import ApiError
 from client.rest import RestClient
-from testsupport.operator_process import Sample, proc_stats
+from testsupport.operator_process import LoggedProcess, Sample
 from testsupport.paths import ROOT
 
 VERSION = "0.8.2"
@@ -105,23 +104,17 @@ def bound_role(client: RestClient, module: Path) -> Iterator[None]:
                 client.request("DELETE", f"{path}/{ROLE_NAME}")
 
 
-class GoOperatorProcess:
+class GoOperatorProcess(LoggedProcess):
     """The Go operator for one namespace, its klog output in a log file; what bench_operator.run_one
     asks of an operator process (OperatorProcess's shape; it has no /metrics of ours)."""
 
+    what = "the Go operator"
+
     def __init__(self, binary: str, kubeconfig: str, namespace: str, lock_namespace: str, log_path: Path,
                  common_flags: Iterable[str]) -> None:
-        self.log_path = log_path
-        self.args = [binary, *flags(kubeconfig, namespace, lock_namespace, common_flags)]
         # KUBECONFIG would override --kubeConfig (server.go): only the ServiceAccount's counts
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        self._log = open(log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the Go operator exited with {self.proc.returncode}; log {self.log_path}:\n"
-                               f"{self.tail()}")
+        self._start([binary, *flags(kubeconfig, namespace, lock_namespace, common_flags)], log_path, env=env)
 
     def wait_ready(self, timeout: float = 90) -> float:
         """Seconds until it logged that its workers started (leader, caches synced)."""
@@ -136,21 +129,3 @@ class GoOperatorProcess:
     def metrics(self) -> list[Sample]:
         return []  # its own counts are not this operator's metrics; the audit log meters both
 
-    def stats(self) -> dict:
-        return proc_stats(self.proc.pid)
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
-
-    def tail(self, n: int = 30) -> str:
-        with contextlib.suppress(ValueError):
-            self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

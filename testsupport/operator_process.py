@@ -64,23 +64,58 @@ def proc_stats(pid: int) -> dict:
             "rss_mib": round(kib("VmRSS") / 1024, 1), "hwm_mib": round(kib("VmHWM") / 1024, 1)}
 
 
-class OperatorProcess:
+class LoggedProcess:
+    """A child process whose output goes to one log file: started, checked, measured, stopped, and
+    its log's tail for error messages. `what` names it in those messages."""
+
+    what = "the process"
+
+    def _start(self, args: list[str], log_path: Path, **popen) -> None:
+        self.args, self.log_path = args, log_path
+        self._log = open(log_path, "a")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, **popen)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.what} exited with {self.proc.returncode}; log {self.log_path}:\n{self.tail()}")
+
+    def stats(self) -> dict:
+        return proc_stats(self.proc.pid)
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+    def tail(self, n: int = 30) -> str:
+        with contextlib.suppress(ValueError):
+            self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+class OperatorProcess(LoggedProcess):
     """`python -m controller` for one namespace with /metrics and the probes on free local ports."""
+
+    what = "the operator"
 
     def __init__(self, kubeconfig: str, backend: str, namespace: str, log_path: Path,
                  extra: Iterable[str] = (), root: Path = ROOT) -> None:
         """`root`: the checkout whose operator runs (`make bench`'s BENCH_OPERATOR_ROOT: an older one)."""
         self.metrics_port, self.health_port = free_port(), free_port()
-        self.log_path = log_path
-        self.args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
-                     f"--worker-backend={backend}", f"--namespace={namespace}",
-                     f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                     f"--health-probe-bind-address=127.0.0.1:{self.health_port}", *extra]
+        args = [sys.executable, "-m", "controller", f"--kubeconfig={kubeconfig}",
+                f"--worker-backend={backend}", f"--namespace={namespace}",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}", *extra]
         # Only the kubeconfig given counts; POD_NAME is the leader election identity.
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
         env.update(PYTHONUNBUFFERED="1", POD_NAME=f"op-{uuid.uuid4().hex[:6]}")
-        self._log = open(log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=root, env=env)
+        self._start(args, log_path, cwd=root, env=env)
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
         """(status, body) of a GET on the operator; status 0 when it does not answer."""
@@ -92,10 +127,6 @@ class OperatorProcess:
             return e.code, e.read().decode()
         except OSError as e:
             return 0, str(e)
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the operator exited with {self.proc.returncode}; log {self.log_path}:\n{self.tail()}")
 
     def wait_ready(self, timeout: float = 90) -> float:
         """Seconds until /readyz answered 200 (caches synced)."""
@@ -117,28 +148,9 @@ class OperatorProcess:
         """Sum of the samples of `name` whose labels include `labels`."""
         return sum(v for n, ls, v in self.metrics() if n == name and labels.items() <= ls.items())
 
-    def stats(self) -> dict:
-        return proc_stats(self.proc.pid)
-
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
-
-    def tail(self, n: int = 30) -> str:
-        with contextlib.suppress(ValueError):
-            self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
 class Operator(OperatorProcess):
