@@ -254,9 +254,9 @@ def _wait_quiet(audit: meter.AuditMeter, mark: meter.Mark, ns: str, quiet_s: flo
 def cleanup_namespace(client: RestClient, ns: str, wait_s: float) -> float:
     """Deletes the namespace, then force-deletes its pods (a terminating namespace gets no new ones), so
     that the simulated nodes' pod capacity is free for the next run. Waits up to `wait_s` (0: no wait)
-    for the namespace to be gone, every object in it deleted: the namespace and garbage collectors'
-    deletes, the endpoint controllers' and their Events are no load on the next run (they were, a few
-    seconds of both cores, and fell on whichever operator ran next). Returns the seconds waited."""
+    for the namespace to be gone, every object in it deleted, so that the namespace and garbage
+    collectors' deletes are no load on the next run (they were a few seconds of both cores, and fell
+    on whichever operator ran next). Returns the seconds waited."""
     t0 = time.monotonic()
     with contextlib.suppress(ApiError):
         client.request("DELETE", NAMESPACES.path(None, ns))
