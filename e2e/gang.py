@@ -18,7 +18,7 @@ from pathlib import Path
 from reconcilers import names
 from reconcilers import podgroup as pg
 from testsupport.builders import simulated_mpijob
-from testsupport.kubectl import apply, conditions, items, pods, wait_condition
+from testsupport.kubectl import apply, conditions, items, pods, wait_condition, wait_established
 from testsupport.net import free_port
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
@@ -48,7 +48,7 @@ def podgroup_crds() -> dict[str, str]:
 
 def install_crd(kubectl: Callable, path: str, name: str) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpijob-operator-tests", "-f", path)
-    kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s", timeout=90)
+    wait_established(kubectl, name)
 
 
 def grant_gang_rbac(kubectl: Callable, flavor: str, namespace: str) -> None:

@@ -27,7 +27,7 @@ from kueue import (
 )
 
 from reconcilers.names import JOB_NAME_LABEL
-from testsupport.kubectl import apply, get, items, live
+from testsupport.kubectl import apply, get, items, live, wait_established
 from testsupport.waiting import wait_until
 
 SESSION = uuid.uuid4().hex[:6]
@@ -54,17 +54,9 @@ def install_crds(kubectl) -> Path:
     """Kueue's CRDs applied to the cluster of `kubectl`, Established; Kueue's binary."""
     binary, crds = build()
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds), timeout=120)
-    # <group>_<plural>.yaml -> crd/<plural>.<group>
-    names = [f"crd/{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}" for f in sorted(crds.glob("*.yaml"))]
-
-    def established() -> bool:
-        # Polled: `kubectl wait` errors out on a CRD so new that it has no status yet.
-        r = kubectl("get", *names, "-o", "json", check=False)
-        return r.returncode == 0 and all(
-            any(c["type"] == "Established" and c["status"] == "True" for c in (i.get("status") or {})
-                .get("conditions") or []) for i in json.loads(r.stdout)["items"])
-
-    wait_until(established, 60, what="Kueue's CRDs Established")
+    # <group>_<plural>.yaml -> <plural>.<group>
+    wait_established(kubectl, *(f"{f.stem.split('_', 1)[1]}.{f.stem.split('_', 1)[0]}"
+                                for f in sorted(crds.glob("*.yaml"))))
     return binary
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testsupport.kubectl import wait_condition
+from testsupport.kubectl import wait_condition, wait_established
 from testsupport.net import free_port
 from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.waiting import wait_until
@@ -160,8 +160,8 @@ def prometheus(kubectl, kubeconfig, deployed, tmp_path_factory) -> Iterator[str]
     bin_dir, crds = build_prometheus()
     print(f"\n[monitoring] Prometheus Operator and Prometheus ready (built or cached): {time.monotonic() - t0:.1f}s")
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds), timeout=120)
-    for crd in ("prometheuses", "servicemonitors", "prometheusrules"):
-        kubectl("wait", "--for=condition=Established", f"crd/{crd}.monitoring.coreos.com", "--timeout=60s")
+    wait_established(kubectl, *(f"{crd}.monitoring.coreos.com"
+                                for crd in ("prometheuses", "servicemonitors", "prometheusrules")))
     tmp = tmp_path_factory.mktemp("prometheus")
     pki = CLUSTER_DIR / "pki"
     op_log = open(tmp / "prometheus-operator.log", "w")  # noqa: SIM115 - closed at teardown

@@ -39,7 +39,7 @@ from gang import (
 from reconcilers import podgroup as pg
 from reconcilers import workload_gang as wg
 from testsupport.builders import simulated_mpijob as mpijob
-from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, items, pods, wait_condition
+from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, items, pods, wait_condition, wait_established
 from testsupport.operator_process import Operator
 from testsupport.paths import CLUSTER_DIR, CRD
 from testsupport.waiting import wait_until
@@ -225,8 +225,7 @@ def test_workload_api_not_served_every_mpijob_says_why_and_the_operator_stays_up
 
         assert "workloads.scheduling.k8s.io" not in bare("api-resources", "-o", "name").stdout
         bare("apply", "--server-side", "-f", str(CRD))
-        wait_until(lambda: bare("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=20s",
-                                check=False).returncode == 0, 60, what="the CRD on the bare API server")
+        wait_established(bare, "mpijobs.kubeflow.org")
         for ns in ("mpi-operator", "gate-off"):
             bare("create", "namespace", ns)
         op = Operator(kubeconfig, "job", "gate-off", tmp_path / "op.log", (FLAG,))

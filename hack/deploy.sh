@@ -25,7 +25,7 @@ case ${1:-deploy} in
     fi
     ref=$(CLUSTER_DIR=$CLUSTER_DIR "$here/image.sh" | tail -n 1)
     k apply --server-side --force-conflicts -f "$root/manifests/crd/"
-    k wait --for=condition=Established crd/mpijobs.kubeflow.org --timeout=60s >/dev/null
+    crd_established mpijobs.kubeflow.org
     k apply -k "$root/manifests/rbac/"
     k apply -k "$root/manifests/admission/"
     k apply -k "$root/manifests/local/"

@@ -7,12 +7,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
+# shellcheck source=hack/lib/common.sh
+source "$here/lib/common.sh"
 out=${1:-$CLUSTER_DIR/operator.kubeconfig}
 k() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
 
 k apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
 k apply -k "$root/manifests/rbac" >/dev/null
-k wait --for=condition=Established crd/mpijobs.kubeflow.org --timeout=60s >/dev/null
+crd_established mpijobs.kubeflow.org
 token=$(k -n mpi-operator create token mpi-operator --duration=24h)
 server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 umask 077

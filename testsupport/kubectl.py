@@ -27,11 +27,25 @@ MPIJOBS = "mpijobs.kubeflow.org"
 QUALIFIED = {"mpijob": "mpijobs.v2beta1.kubeflow.org", "mpijobs": "mpijobs.v2beta1.kubeflow.org"}
 
 
+def wait_established(kubectl: Callable, *crds: str, timeout: float = 90) -> None:
+    """Until every CRD named (e.g. "mpijobs.kubeflow.org") is Established. Polled rather than `kubectl
+    wait`: right after a CRD is created it has no status.conditions yet, and `kubectl wait` then fails
+    at once ("accessor error: <nil>") instead of waiting."""
+    def established() -> bool:
+        r = kubectl("get", *(f"crd/{c}" for c in crds), "-o", "json", check=False)
+        if r.returncode != 0:
+            return False
+        found = json.loads(r.stdout)
+        return all(any(c.get("type") == "Established" and c.get("status") == "True"
+                       for c in (i.get("status") or {}).get("conditions") or [])
+                   for i in found.get("items", [found]))
+
+    wait_until(established, timeout, interval=0.2, what=f"CRDs {', '.join(crds)} Established")
+
+
 def install_crd(kubectl: Callable) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
-                               check=False).returncode == 0, timeout=90, what="the MPIJob CRD Established")
+    wait_established(kubectl, MPIJOBS)
 
 
 def service_account_kubeconfig(out: Path) -> str:

@@ -9,6 +9,19 @@ die() { log "ERROR: $*"; exit 1; }
 # The local cluster's admin kubectl (CLUSTER_DIR is read when called, not when sourced).
 kubectl_admin() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
 
+# crd_established <crd> [seconds]: waits until the CRD (e.g. mpijobs.kubeflow.org) is Established.
+# Polled rather than `kubectl wait`: a CRD created a moment ago has no status.conditions yet, and
+# `kubectl wait` then fails at once ("accessor error: <nil>") instead of waiting.
+crd_established() {
+  local crd=$1 secs=${2:-60} i
+  for ((i = 0; i < secs * 5; i++)); do
+    [ "$(kubectl_admin get "crd/$crd" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' \
+          2>/dev/null)" = True ] && return 0
+    sleep 0.2
+  done
+  die "crd/$crd not Established after ${secs}s"
+}
+
 pid_of() { [ -s "$CLUSTER_DIR/pids/$1.pid" ] && cat "$CLUSTER_DIR/pids/$1.pid"; }
 # running <pid>: exists and is not a zombie (PID 1 here may not reap what a script left behind)
 running() { kill -0 "$1" 2>/dev/null && ! awk '{exit $3 != "Z"}' "/proc/$1/stat" 2>/dev/null; }

@@ -28,6 +28,7 @@ import yaml
 from client.errors import ApiError
 from client.rest import RestClient
 from tests.crd_fuzz import Case, Fuzzer, base_mpijob, names_the_field
+from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
 
@@ -62,9 +63,7 @@ def install_copy(kubectl, group: str, old_templates: bool = False) -> str:
         for rs in replicas.values():
             rs["properties"]["template"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(crd))
-    # the condition may not be there yet right after the create: kubectl wait then fails at once
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{group}", "--timeout=30s",
-                               check=False).returncode == 0, timeout=60, what=f"crd/{PLURAL}.{group} Established")
+    wait_established(kubectl, f"{PLURAL}.{group}")
     return f"/apis/{group}/v2beta1/namespaces/{{ns}}/{PLURAL}"
 
 

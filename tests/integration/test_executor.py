@@ -15,6 +15,7 @@ from client.rest import RestClient
 from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from testsupport import builders
+from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
 
@@ -25,9 +26,7 @@ pytestmark = pytest.mark.cluster
 def client(kubeconfig, kubectl) -> RestClient:
     kubectl("apply", "--server-side", "--force-conflicts", "-f",
             str(ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"))
-    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
-                               check=False).returncode == 0, timeout=90, what="the MPIJob CRD Established")
+    wait_established(kubectl, "mpijobs.kubeflow.org")
     return RestClient.from_kubeconfig(kubeconfig, qps=100, burst=100)
 
 

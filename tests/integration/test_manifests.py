@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
 
@@ -140,9 +141,7 @@ def crd_installed(kubectl) -> str:
     """The MPIJob CRD from manifests/crd/, applied for real and Established."""
     kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=mpijob-operator-tests",
             "-f", str(CRD))
-    # Right after the CRD is first created it has no conditions yet, and kubectl wait then fails at once.
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/mpijobs.kubeflow.org",
-                               check=False, timeout=60).returncode == 0, timeout=90, what="the MPIJob CRD Established")
+    wait_established(kubectl, "mpijobs.kubeflow.org")
     return "mpijobs.kubeflow.org"
 
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from tests.crd_fuzz import base_mpijob
+from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
-from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,8 +33,7 @@ CASES = {
 def crd_and_policy(kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f",
             str(ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"))
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
-                               check=False).returncode == 0, timeout=60, what="the MPIJob CRD")
+    wait_established(kubectl, "mpijobs.kubeflow.org")
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "manifests" / "admission"))
 
 

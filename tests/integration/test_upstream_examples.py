@@ -11,8 +11,8 @@ import json
 import pytest
 
 from tests.integration.test_manifests import subset_missing
+from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
-from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -69,8 +69,7 @@ def _without_nulls(obj):
 def crd(kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f",
             str(ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"))
-    wait_until(lambda: kubectl("wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=30s",
-                               check=False).returncode == 0, timeout=60, what="the MPIJob CRD")
+    wait_established(kubectl, "mpijobs.kubeflow.org")
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
