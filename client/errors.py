@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 from typing import Any
+
+import urllib3
+
+# What a request raises when the connection, not the API server, failed: worth another try.
+# OSError covers sockets, TLS and timeouts; http.client's and urllib3's own errors the rest.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)
 
 
 class ApiError(Exception):

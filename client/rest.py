@@ -3,12 +3,14 @@ client-side token bucket (client-go's --kube-api-qps/--kube-api-burst), and line
 streams.
 
 The generated model classes are not used: they are an order of magnitude slower than json.loads,
-and the informers only need dicts. Requests go straight to the kubernetes client's urllib3 pool
-(its TLS settings, client certificates and proxy), not through ApiClient.call_api, whose per-request
-serialization walk of the body and refresh of the credentials were a fifth of the operator's CPU
-(docs/architecture.md section 7.1). Authentication (bearer tokens, exec plugins, the in-cluster token
-that rotates) is still the kubernetes client's: its Configuration's auth settings, asked again every
-AUTH_REFRESH_SECONDS and after any 401.
+and the informers only need dicts. Nor is ApiClient.call_api, whose per-request serialization walk
+of the body and refresh of the credentials were a fifth of the operator's CPU (docs/architecture.md
+section 7.1). Requests go over a keep-alive connection of the calling thread (client/connection.py:
+http.client, the Configuration's TLS settings); watches, and every request of a configuration that
+transport does not reproduce (a proxy, say), go through the kubernetes client's urllib3 pool.
+Authentication (bearer tokens, exec plugins, the in-cluster token that rotates) is still the
+kubernetes client's: its Configuration's auth settings, asked again every AUTH_REFRESH_SECONDS and
+after any 401.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import kubernetes
 import urllib3
 from prometheus_client import Counter
 
+from client import connection
 from client.errors import ApiError
 from client.ratelimit import TokenBucket
 
@@ -111,12 +114,24 @@ def _body(raw: urllib3.BaseHTTPResponse) -> bytes:
 
 
 class RestClient:
-    def __init__(self, api_client: kubernetes.client.ApiClient, qps: float = 20.0, burst: int = 30) -> None:
+    def __init__(self, api_client: kubernetes.client.ApiClient, qps: float = 20.0, burst: int = 30,
+                 connections: connection.Connections | None = None) -> None:
         self.api_client = api_client
         self.qps, self.burst = qps, burst
         self.limiter = TokenBucket(qps, burst)
         self._auth: tuple[float, dict[str, str]] | None = None  # (when asked, headers)
         self._auth_lock = threading.Lock()
+        # Built on first use (the configuration's host may be set after this client is made):
+        # False when the configuration needs urllib3 for every request.
+        self._connections: connection.Connections | bool | None = connections
+
+    def _transport(self) -> connection.Connections | None:
+        if self._connections is None:
+            with self._auth_lock:
+                if self._connections is None:
+                    cfg = self.api_client.configuration
+                    self._connections = connection.Connections(cfg) if connection.supported(cfg) else False
+        return self._connections or None
 
     def _auth_headers(self) -> dict[str, str]:
         """The Authorization header of the configuration (none with client certificates), reused for
@@ -157,10 +172,11 @@ class RestClient:
         """A client on the same configuration and connection pool with a token bucket of its own:
         leader election renews through one, so that reconciles that use up the controller's bucket
         never delay a renewal (docs/architecture.md section 3.2)."""
-        return RestClient(self.api_client, qps=qps, burst=burst)
+        return RestClient(self.api_client, qps=qps, burst=burst, connections=self._transport())
 
-    def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
-              timeout: Any, guard: Callable[[], None] | None = None) -> urllib3.BaseHTTPResponse:
+    def _prepare(self, path: str, query: dict | None, body: Any, content_type: str,
+                 guard: Callable[[], None] | None) -> tuple[str, bytes | None, dict[str, str]]:
+        """(path?query, body bytes, headers) of a call once the throttle lets it go and `guard` passed."""
         self.limiter.take()
         if guard is not None:  # after the throttle: what held when the call was made may not hold now
             guard()
@@ -168,11 +184,39 @@ class RestClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = body if isinstance(body, bytes | str) else json.dumps(body, separators=(",", ":")).encode()
-        url = self.api_client.configuration.host + path
+            data = body if isinstance(body, bytes) else (
+                body.encode() if isinstance(body, str) else json.dumps(body, separators=(",", ":")).encode())
         qs = _query_string(query)
-        if qs:
-            url += "?" + urlencode(qs)
+        return (path + "?" + urlencode(qs) if qs else path), data, headers
+
+    def _answered(self, method: str, status: int) -> None:
+        requests_total.labels(method, str(status)).inc()
+        if status == 401:
+            self.forget_auth()
+
+    def _exchange(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
+                  timeout: float, guard: Callable[[], None] | None) -> bytes:
+        """The body of a 2xx answer to one call; ApiError on any other."""
+        conns = self._transport()
+        if conns is None:
+            return _body(self._send(method, path, query, body, content_type, timeout, guard))
+        target, data, headers = self._prepare(path, query, body, content_type, guard)
+        try:
+            status, reason, resp_headers, out = conns.request(method, target, data, headers, timeout or None)
+        except Exception:
+            requests_total.labels(method, "<error>").inc()
+            raise
+        self._answered(method, status)
+        if not 200 <= status <= 299:
+            raise ApiError.from_response(status, out, resp_headers, reason or "")
+        return out
+
+    def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
+              timeout: Any, guard: Callable[[], None] | None = None) -> urllib3.BaseHTTPResponse:
+        """One call through the kubernetes client's urllib3 pool (watches; configurations that
+        client/connection.py does not reproduce); the response not yet read."""
+        target, data, headers = self._prepare(path, query, body, content_type, guard)
+        url = self.api_client.configuration.host + target
         if isinstance(timeout, tuple):
             tmo = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         else:
@@ -183,23 +227,22 @@ class RestClient:
         except Exception:
             requests_total.labels(method, "<error>").inc()
             raise
-        requests_total.labels(method, str(raw.status)).inc()
-        if raw.status == 401:
-            self.forget_auth()
+        self._answered(method, raw.status)
         return raw
 
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
                 content_type: str = "application/json", timeout: float = 30,
                 guard: Callable[[], None] | None = None) -> dict:
         """One API call; returns the decoded JSON body ({} when empty). Raises ApiError on a non-2xx
-        answer; connection errors (urllib3) propagate as they are. `guard` is called once the client's
-        throttle lets the call go, just before it is sent; what it raises aborts the call."""
-        data = _body(self._send(method.upper(), path, query, body, content_type, timeout, guard))
+        answer; connection errors propagate as they are (client.errors.CONNECTION_ERRORS). `guard` is
+        called once the client's throttle lets the call go, just before it is sent; what it raises
+        aborts the call."""
+        data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard)
         return json.loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:
         """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
-        return _body(self._send("GET", path, None, None, "application/json", timeout)).decode("utf-8", "replace")
+        return self._exchange("GET", path, None, None, "application/json", timeout, None).decode("utf-8", "replace")
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
         """A watch: GET `path?watch=true&...`; iterate the result for event dicts

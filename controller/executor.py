@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import tenacity
-import urllib3
 
-from client.errors import ApiError
+from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import EVENTS, MPIJOBS, resource_for
 from client.rest import RestClient
 from controller import logs, metrics
@@ -76,7 +75,7 @@ def _precondition_failed(e: ApiError) -> bool:
 def _retriable(e: BaseException) -> bool:
     if isinstance(e, ApiError):
         return e.status in RETRIABLE_STATUS and e.reason != "AlreadyExists" and not _precondition_failed(e)
-    return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+    return isinstance(e, CONNECTION_ERRORS)
 
 
 # 0.1 s doubling to 5 s, plus up to 0.1 s of jitter so that retrying workers do not move in step.

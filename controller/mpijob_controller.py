@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from client.errors import ApiError
+from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import (
     CONFIGMAPS,
     JOBS,
@@ -36,7 +36,6 @@ from controller.expectations import Expectations
 from controller.job_memory import JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
-from informers.reflector import CONNECTION_ERRORS
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
 from reconcilers import names, pace, refusal, status, workload_gang

@@ -29,9 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import urllib3
-
-from client.errors import ApiError
+from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import Resource
 from client.rest import RestClient, WatchStream
 from informers import metrics
@@ -85,9 +83,6 @@ class _Throttled(Exception):
     def __init__(self, err: ApiError) -> None:
         super().__init__(str(err))
         self.retry_after = err.retry_after
-
-
-CONNECTION_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError)
 
 
 class Reflector:
