@@ -16,7 +16,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 # Package -> the non-standard top-level modules it may import (itself included).
 ALLOWED = {
     "reconcilers": {"reconcilers"},
-    "client": {"client", "reconcilers", "kubernetes", "urllib3", "prometheus_client"},
+    "client": {"client", "reconcilers", "kubernetes", "urllib3", "prometheus_client", "orjson"},
     "informers": {"informers", "client", "urllib3", "prometheus_client"},
     "controller": {"controller", "client", "informers", "reconcilers", "structlog", "tenacity", "cryptography",
                    "prometheus_client", "urllib3"},
