@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import tracemalloc
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -61,9 +60,7 @@ def measure(namespace: str, transform_name: str) -> dict:
     factory = InformerFactory(client, namespace=namespace)
     inf = factory.informer_for(SECRETS, label_selector=SELECTOR, transform=getattr(transforms, transform_name))
     factory.start()
-    assert factory.wait_for_cache_sync(120)
-    while inf.pending():
-        time.sleep(0.05)
+    assert factory.wait_for_cache_sync(120)  # the first list is in the Store once synced
     gc.collect()
     after = rss_kib()
     retained = tracemalloc.get_traced_memory()[0]  # what is still allocated: the cache, mostly

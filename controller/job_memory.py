@@ -42,7 +42,7 @@ class JobMemory:
 
 
 class JobMemories:
-    """ns/name -> JobMemory of one uid. Thread-safe: the informers' dispatch threads (events) and
+    """ns/name -> JobMemory of one uid. Thread-safe: the informers' reflector threads (events) and
     the workers (one per key at a time) share it."""
 
     def __init__(self, expectations: Expectations) -> None:

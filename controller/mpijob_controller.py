@@ -220,7 +220,7 @@ class MPIJobController:
 
     def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
         """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
-        informer stopped (its list/watch or dispatch thread gone), a worker thread dead, or a
+        informer stopped (its list/watch or resync thread gone), a worker thread dead, or a
         reconcile running longer than `hang_s` (a worker hung)."""
         stopped = [inf.name for inf in [self.mpijobs, *self._children()] if inf.dead()]
         if stopped:

@@ -1,12 +1,16 @@
 """SharedInformer (client-go tools/cache/shared_informer.go): a Reflector feeding an indexed Store
 and a list of event handlers.
 
-Threads: the reflector's (list/watch) only decodes and enqueues; one dispatch thread pops the
-deltas in order, applies each to the Store, then calls the handlers in registration order. So a
-handler sees a Store at least as new as its event, a slow handler never stalls the watch (the
-delta queue is unbounded), and a handler's exception is logged and forgotten.
+Threads: the reflector's (list/watch) applies each event to the Store, then calls the handlers in
+registration order, under the dispatch lock. So a handler sees a Store at least as new as its
+event, events reach the handlers in the order the server sent them, and a handler's exception is
+logged and forgotten. Handlers must be quick (this operator's put a key on the work queue): a slow
+one holds up the watch. client-go hands each delta to another goroutine; in Python that hand-off
+(a queue put, waking another thread, the GIL passed over) was 12 % of the operator's CPU at
+100 MPIJobs x 8 workers (docs/architecture.md section 7.1), so there is no dispatch thread. The
+resync thread, and a handler added after start, take the same lock.
 
-After a relist the dispatch thread compares the list with the Store: new keys are adds, known keys
+After a relist the reflector thread compares the list with the Store: new keys are adds, known keys
 updates, and keys that vanished are deleted with a DeletedFinalStateUnknown tombstone carrying the
 last known object. A periodic resync re-delivers every cached object as on_update(obj, obj).
 """
@@ -14,7 +18,6 @@ last known object. A periodic resync re-delivers every cached object as on_updat
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -45,10 +48,6 @@ class EventHandler:
     on_delete: Callable[[dict | DeletedFinalStateUnknown], None] | None = None
 
 
-# items of the dispatch queue
-_LIST, _EVENT, _REGISTER, _RESYNC, _STOP = range(5)
-
-
 class SharedInformer:
     def __init__(
         self,
@@ -72,13 +71,15 @@ class SharedInformer:
             client, resource, self._on_list, self._on_event, namespace=namespace,
             label_selector=label_selector, transform=transform, name=self.name,
         )
-        self._deltas: queue.SimpleQueue = queue.SimpleQueue()
+        # Held while the Store changes and the handlers run: orders the reflector's events, a
+        # resync and the replay of a late handler.
+        self._dispatch = threading.Lock()
         self._synced = threading.Event()
         self._started = False
         self._stopped = False
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self.dispatched = 0  # deltas processed, for tests and benchmarks
+        self.dispatched = 0  # events and lists applied, for tests and benchmarks
         metrics.store_objects.labels(self.name).set_function(lambda: len(self.store))
 
     # -- public API --------------------------------------------------------------------------------
@@ -89,13 +90,16 @@ class SharedInformer:
         on_delete: Callable[[dict | DeletedFinalStateUnknown], None] | None = None,
     ) -> EventHandler:
         """Registers handlers. Added after start(), the handler first gets an on_add for every
-        cached object (on the dispatch thread, in order with the other events)."""
+        cached object (on the calling thread, in order with the other events)."""
         h = EventHandler(on_add, on_update, on_delete)
         with self._lock:
             if not self._started:
                 self.handlers.append(h)
                 return h
-        self._deltas.put((_REGISTER, h))
+        with self._dispatch:
+            self.handlers.append(h)
+            for obj in self.store.list():
+                self._call(h.on_add, obj)
         return h
 
     def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
@@ -106,10 +110,9 @@ class SharedInformer:
             if self._started:
                 return
             self._started = True
-        for target, what in ((self._dispatch_loop, "dispatch"), (self.reflector.run, "reflector")):
-            t = threading.Thread(target=target, name=f"informer-{self.name}-{what}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        t = threading.Thread(target=self.reflector.run, name=f"informer-{self.name}-reflector", daemon=True)
+        t.start()
+        self._threads.append(t)
         if self.resync_period > 0:
             t = threading.Thread(target=self._resync_loop, name=f"informer-{self.name}-resync", daemon=True)
             t.start()
@@ -123,10 +126,9 @@ class SharedInformer:
                 return
             self._stopped = True
         self.reflector.stop()
-        self._deltas.put((_STOP, None))
 
     def dead(self) -> bool:
-        """Stopped, or started and one of its threads (list/watch, dispatch, resync) gone: its cache
+        """Stopped, or started and one of its threads (list/watch, resync) gone: its cache
         no longer follows the API server (for /healthz). Not yet started is not dead."""
         return self._stopped or (self._started and not all(t.is_alive() for t in self._threads))
 
@@ -144,44 +146,32 @@ class SharedInformer:
     def get(self, key: str) -> dict | None:
         return self.store.get(key)
 
-    def pending(self) -> int:
-        """Deltas received but not yet dispatched."""
-        return self._deltas.qsize()
-
     # -- reflector callbacks (reflector thread) ----------------------------------------------------
     def _on_list(self, items: list[dict], rv: str, initial: bool) -> None:
-        self._deltas.put((_LIST, (items, initial)))
+        with self._dispatch:
+            self._guarded(self._apply_list, items, initial)
 
     def _on_event(self, typ: str, obj: dict) -> None:
-        self._deltas.put((_EVENT, (typ, obj)))
+        with self._dispatch:
+            self._guarded(self._apply_event, typ, obj)
 
-    # -- dispatch thread ---------------------------------------------------------------------------
+    def _guarded(self, apply: Callable, *args: object) -> None:
+        """One delta applied; what it raises (a bug: handlers are guarded one by one) is logged, so
+        that the watch goes on."""
+        try:
+            apply(*args)
+        except Exception:
+            log.exception("%s: dispatch failed", self.name)
+        self.dispatched += 1
+
+    # -- resync thread -----------------------------------------------------------------------------
     def _resync_loop(self) -> None:
         while not self.reflector.stopped():
             time.sleep(self.resync_period)
             if self._synced.is_set() and not self.reflector.stopped():
-                self._deltas.put((_RESYNC, None))
-
-    def _dispatch_loop(self) -> None:
-        while True:
-            kind, payload = self._deltas.get()
-            if kind == _STOP:
-                return
-            try:
-                if kind == _EVENT:
-                    self._apply_event(*payload)
-                elif kind == _LIST:
-                    self._apply_list(*payload)
-                elif kind == _REGISTER:
-                    self.handlers.append(payload)
-                    for obj in self.store.list():
-                        self._call(payload.on_add, obj)
-                elif kind == _RESYNC:
+                with self._dispatch:
                     for obj in self.store.list():
                         self._notify_update(obj, obj)
-            except Exception:
-                log.exception("%s: dispatch failed", self.name)
-            self.dispatched += 1
 
     def _call(self, fn: Callable | None, *args: object) -> None:
         if fn is None:

@@ -272,28 +272,43 @@ def test_resync_redelivers_cached_objects_without_api_calls(client):
         inf.stop()
 
 
-def test_slow_handler_does_not_stall_the_watch(client):
-    n = 200
+def test_events_resyncs_and_a_late_handlers_replay_never_interleave(client):
+    """Handlers run on the reflector's thread under the informer's dispatch lock (there is no
+    dispatch thread: docs/architecture.md 7.1): a resync every 2 ms and the replay of a
+    handler added while events stream wait for the event being handled, so no handler runs twice at
+    once, each event finds the Store already holding it, and the adds come in the server's order."""
+    n = 100
     client.list_pages = [page([], 1)]
     client.watch_scripts = [FakeStream([ev("ADDED", cm(f"o{i}", i + 2)) for i in range(n)], end=False)]
-    release = threading.Event()
-    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", name="fake-slow")
-    seen = []
-    inf.add_event_handler(on_add=lambda o: (release.wait(5), seen.append(o)))
+    inf = SharedInformer(client, CONFIGMAPS, namespace="ns", name="fake-serial", resync_period=0.002)
+    count = threading.Lock()
+    inside, most, missing, adds = [0], [0], [], []
+
+    def handle(o: dict, record: list | None = None) -> None:
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        if inf.get(f"ns/{o['metadata']['name']}") is not o:
+            missing.append(o["metadata"]["name"])
+        if record is not None:
+            record.append(o["metadata"]["name"])
+        time.sleep(0.0002)
+        with count:
+            inside[0] -= 1
+
+    inf.add_event_handler(on_add=lambda o: handle(o, adds), on_update=lambda old, new: handle(new))
     inf.start()
     try:
-        deadline = time.monotonic() + 3
-        while inf.last_sync_resource_version != str(n + 1) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert inf.last_sync_resource_version == str(n + 1)  # the watch read everything
-        assert len(seen) == 0  # while the handler is still blocked on the first event
-        release.set()
-        deadline = time.monotonic() + 3
-        while len(seen) < n and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert [o["metadata"]["name"] for o in seen] == [f"o{i}" for i in range(n)]
+        assert inf.wait_for_sync(3)
+        late: list[str] = []
+        inf.add_event_handler(on_add=lambda o: handle(o, late), on_update=lambda old, new: handle(new))
+        deadline = time.monotonic() + 10
+        while len(adds) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert adds == [f"o{i}" for i in range(n)]
+        assert most[0] == 1 and missing == []
+        assert late and len(set(late)) == len(late)  # the replay, then the events after it: each once
     finally:
-        release.set()
         inf.stop()
 
 

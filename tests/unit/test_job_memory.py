@@ -1,7 +1,7 @@
 """Issue 24 items 1, 2 and 5: the controller's per-MPIJob memory (controller/job_memory.py).
 
 The controller here is the real MPIJobController with informers that are never started: the test
-puts objects in their stores and calls their handlers as a dispatch thread would, and the executor
+puts objects in their stores and calls their handlers as a reflector thread would, and the executor
 answers as the API server did in the reported cases (a 422, a 403 quota). The end-to-end tests
 (e2e/test_review_faults.py) show the same against the real API server.
 """
