@@ -100,9 +100,3 @@ class Connections:
             conn.close()
             raise
         return resp.status, resp.reason, resp.headers, data
-
-    def close(self) -> None:
-        """Closes the calling thread's connection."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()

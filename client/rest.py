@@ -3,13 +3,13 @@ client-side token bucket (client-go's --kube-api-qps/--kube-api-burst), and line
 streams.
 
 The generated model classes are not used: they are an order of magnitude slower than json.loads,
-and the informers only need dicts. JSON in and out is orjson's: every watch event and response
-passes through here, and orjson gives the same dicts as the standard library's decoder in about
-half its CPU (docs/architecture.md section 7.1). Nor is ApiClient.call_api, whose per-request serialization walk
+and the informers only need dicts. Nor is ApiClient.call_api, whose per-request serialization walk
 of the body and refresh of the credentials were a fifth of the operator's CPU (docs/architecture.md
-section 7.1). Requests go over a keep-alive connection of the calling thread (client/connection.py:
-http.client, the Configuration's TLS settings); watches, and every request of a configuration that
-transport does not reproduce (a proxy, say), go through the kubernetes client's urllib3 pool.
+section 7.1). JSON in and out is orjson's: every watch event and response passes through here, and
+orjson gives the same dicts as the standard library's decoder in about half its CPU. Requests go
+over a keep-alive connection of the calling thread (client/connection.py: http.client, the
+Configuration's TLS settings); watches, and every request of a configuration that transport does
+not reproduce (a proxy, say), go through the kubernetes client's urllib3 pool.
 Authentication (bearer tokens, exec plugins, the in-cluster token that rotates) is still the
 kubernetes client's: its Configuration's auth settings, asked again every AUTH_REFRESH_SECONDS and
 after any 401.
