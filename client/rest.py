@@ -18,6 +18,7 @@ after any 401.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -41,6 +42,25 @@ AUTH_REFRESH_SECONDS = 10.0
 requests_total = Counter(
     "rest_client_requests_total", "API requests by method and HTTP status code", ["method", "code"]
 )
+
+
+def _dumps(body: Any) -> bytes:
+    """`body` as compact JSON. orjson refuses what the standard library writes (integers beyond 64
+    bits, keys that are not strings): such a body, which a client may send and the API server will
+    judge, goes out as the standard library writes it."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    """Decoded JSON. orjson refuses a few things the standard library reads (a lone surrogate
+    escape, a number beyond a double): those are read as the standard library reads them."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _query_string(query: dict | None) -> list[tuple[str, str]]:
@@ -77,9 +97,9 @@ class WatchStream:
                 buf = lines.pop()
                 for line in lines:
                     if line.strip():
-                        yield orjson.loads(line)
+                        yield _loads(line)
             if buf.strip():
-                yield orjson.loads(buf)
+                yield _loads(buf)
         finally:
             self.close()
 
@@ -187,7 +207,7 @@ class RestClient:
         if body is not None:
             headers["Content-Type"] = content_type
             data = body if isinstance(body, bytes) else (
-                body.encode() if isinstance(body, str) else orjson.dumps(body))
+                body.encode() if isinstance(body, str) else _dumps(body))
         qs = _query_string(query)
         return (path + "?" + urlencode(qs) if qs else path), data, headers
 
@@ -240,7 +260,7 @@ class RestClient:
         called once the client's throttle lets the call go, just before it is sent; what it raises
         aborts the call."""
         data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard)
-        return orjson.loads(data) if data else {}
+        return _loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:
         """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
