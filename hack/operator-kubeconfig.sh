@@ -10,13 +10,12 @@ CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 # shellcheck source=hack/lib/common.sh
 source "$here/lib/common.sh"
 out=${1:-$CLUSTER_DIR/operator.kubeconfig}
-k() { "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$CLUSTER_DIR/kubeconfig" "$@"; }
 
-k apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
-k apply -k "$root/manifests/rbac" >/dev/null
+kubectl_admin apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
+kubectl_admin apply -k "$root/manifests/rbac" >/dev/null
 crd_established mpijobs.kubeflow.org
-token=$(k -n mpi-operator create token mpi-operator --duration=24h)
-server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+token=$(kubectl_admin -n mpi-operator create token mpi-operator --duration=24h)
+server=$(kubectl_admin config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 umask 077
 cat >"$out" <<KC
 apiVersion: v1

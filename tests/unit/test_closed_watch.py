@@ -12,12 +12,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import kubernetes
 import pytest
 
 from client.resources import CONFIGMAPS
 from client.rest import RestClient
 from informers.reflector import Backoff, Reflector
+from testsupport.net import local_client, serving
 
 
 class _ClosingServer(ThreadingHTTPServer):
@@ -55,19 +55,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def closing_server():
-    srv = _ClosingServer()
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(_ClosingServer()) as srv:
+        yield srv
 
 
 def _client(port: int) -> RestClient:
-    cfg = kubernetes.client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    cfg.retries = False
     # No client-side limit: what bounds the watches here must be the reflector itself.
-    return RestClient(kubernetes.client.ApiClient(configuration=cfg), qps=0, burst=1)
+    return local_client(f"http://127.0.0.1:{port}")
 
 
 def watches_per_second(server: _ClosingServer, seconds: float, backoff: Backoff | None = None) -> float:

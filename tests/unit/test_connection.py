@@ -6,17 +6,16 @@ on a local port (the API server's side of HTTP is not what is tested here)."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
-import kubernetes
 import pytest
 
 from client import connection
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.rest import RestClient
+from testsupport.net import free_port, local_client, serving
 from testsupport.waiting import wait_until
 
 
@@ -79,17 +78,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = _Server()
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(_Server()) as srv:
+        yield srv
 
 
 def _client(srv: _Server, prefix: str = "") -> RestClient:
-    cfg = kubernetes.client.Configuration()
-    cfg.host = f"http://127.0.0.1:{srv.server_address[1]}{prefix}"
-    return RestClient(kubernetes.client.ApiClient(configuration=cfg), qps=0, burst=1)
+    return local_client(f"http://127.0.0.1:{srv.server_address[1]}{prefix}")
 
 
 def test_one_connection_carries_a_threads_requests(server):
@@ -171,12 +165,7 @@ def test_the_hosts_path_and_the_query_reach_the_server(server):
 
 
 def test_a_refused_connection_is_a_connection_error():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nobody listens there once closed
-    cfg = kubernetes.client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    c = RestClient(kubernetes.client.ApiClient(configuration=cfg), qps=0, burst=1)
+    c = local_client(f"http://127.0.0.1:{free_port()}")  # nobody listens there
     with pytest.raises(CONNECTION_ERRORS):
         c.request("GET", "/api", timeout=2)
 
