@@ -74,7 +74,12 @@ def workers_ready(ctx: JobContext) -> bool:
 
 
 def ready_workers(ctx: JobContext) -> int:
-    """Workers Ready now: the StatefulSet's readyReplicas or the Job's ready (0 while it is deleted)."""
+    """Workers Ready now (0 while the worker object is deleted): the StatefulSet's readyReplicas or
+    the Job's ready, or the count of its Ready pods when that is higher. The object's count lags its
+    pods: the Job controller writes `ready` in batches (a second at least after the pod, seconds on a
+    busy cluster), and that lag was most of a bring-up's wait for Running (docs/architecture.md 7.1).
+    A loss still shows only once both counts fell, as it did with the object's count alone: the pods
+    lost are seen on their own (reconcilers/workerloss.py)."""
     if takeover.upstream_shaped(ctx):
         return takeover.bare_workers_ready(ctx)
     workers = ctx.workers
@@ -82,7 +87,7 @@ def ready_workers(ctx: JobContext) -> int:
         return 0
     wst = workers.get("status") or {}
     ready = wst.get("readyReplicas") if workers.get("kind") == "StatefulSet" else wst.get("ready")
-    return int(ready or 0)
+    return max(int(ready or 0), sum(1 for p in ctx.pods.workers if desired.is_pod_ready(p)))
 
 
 def launcher_running(ctx: JobContext) -> bool:

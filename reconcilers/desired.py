@@ -118,6 +118,13 @@ def is_pod_active(pod: Obj) -> bool:
         "deletionTimestamp")
 
 
+def is_pod_ready(pod: Obj) -> bool:
+    """Running, not being deleted, and Ready: what a Job's `ready` and a StatefulSet's `readyReplicas`
+    count, read from the pod itself."""
+    return is_pod_active(pod) and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                      for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def pod_role(pod: Obj) -> str | None:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ROLE_LABEL)
 

@@ -26,9 +26,7 @@ def upstream_shaped(ctx: JobContext) -> bool:
 
 
 def bare_workers_ready(ctx: JobContext) -> int:
-    return sum(1 for p in ctx.pods.workers if desired.is_pod_active(p) and any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (p.get("status") or {}).get("conditions") or []))
+    return sum(1 for p in ctx.pods.workers if desired.is_pod_ready(p))
 
 
 def stop_bare_workers(ctx: JobContext, draft: Draft) -> None:
