@@ -179,15 +179,23 @@ class Executor:
             for c in creates:
                 self._create(mpijob, c, res)
             return
-        # Each runs in a copy of this thread's context: its log lines carry the MPIJob's key.
+        # The first in this thread, the others on the pool (a hand-off between threads costs CPU),
+        # each in a copy of this thread's context: its log lines carry the MPIJob's key.
         futures = [self._pool.submit(contextvars.copy_context().run, self._create, mpijob, c, Result())
-                   for c in creates]
-        first: Exception | None = None
+                   for c in creates[1:]]
+        errors: list[Exception | None] = []
+        try:
+            self._create(mpijob, creates[0], res)
+            errors.append(None)
+        except Exception as e:  # raised below, once every create has ended
+            errors.append(e)
         for f in futures:
             try:
                 res.written.update(f.result().written)
-            except Exception as e:  # raised below, once every create has ended
-                first = first or e
+                errors.append(None)
+            except Exception as e:
+                errors.append(e)
+        first = next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
 
