@@ -20,17 +20,12 @@ import signal
 import threading
 from pathlib import Path
 
-from bench.bench_operator import JOB_NAME_LABEL, ROLE_LABEL, Watch
+from bench.bench_operator import JOB_NAME_LABEL, ROLE_LABEL, Watch, _condition
 from client.resources import JOBS, MPIJOBS, PODS
 from client.rest import RestClient
 from testsupport.paths import CLUSTER_DIR
 
 Stages = dict[str, float]
-
-
-def _ready(obj: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 class Timeline:
@@ -60,7 +55,7 @@ class Timeline:
                 self._mark(key, f"{role}_pod_bound", t)
             if (pod.get("status") or {}).get("phase") == "Running":
                 self._mark(key, f"{role}_pod_running", t)
-            if _ready(pod):
+            if _condition(pod, "Ready"):
                 self._mark(key, f"{role}_pod_ready", t)
                 if role == "worker":
                     ready = self._ready_pods.setdefault(key, set())

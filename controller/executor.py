@@ -183,19 +183,16 @@ class Executor:
         # each in a copy of this thread's context: its log lines carry the MPIJob's key.
         futures = [self._pool.submit(contextvars.copy_context().run, self._create, mpijob, c, Result())
                    for c in creates[1:]]
-        errors: list[Exception | None] = []
+        first: Exception | None = None  # raised once every create has ended
         try:
             self._create(mpijob, creates[0], res)
-            errors.append(None)
-        except Exception as e:  # raised below, once every create has ended
-            errors.append(e)
+        except Exception as e:
+            first = e
         for f in futures:
             try:
                 res.written.update(f.result().written)
-                errors.append(None)
             except Exception as e:
-                errors.append(e)
-        first = next((e for e in errors if e is not None), None)
+                first = first or e
         if first is not None:
             raise first
 
