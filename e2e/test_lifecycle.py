@@ -12,7 +12,7 @@ import pytest
 
 from reconcilers.names import JOB_NAME_LABEL, OPERATOR_NAME_LABEL
 from testsupport.builders import simulated_mpijob
-from testsupport.kubectl import apply, conditions, events, get, items, live, pods, wait_condition
+from testsupport.kubectl import apply, conditions, events, get, items, live, pods, wait_condition, wait_event
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -89,9 +89,12 @@ def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespac
     assert victim
     kubectl("-n", namespace, "delete", "pod", victim[0]["metadata"]["name"], "--wait=false")
     if backend == "job":
-        # The worker Job is recreated, which takes more than one reconcile: always seen. A StatefulSet
-        # may replace the pod before any reconcile sees it gone, and then there is nothing to show.
-        wait_condition(kubectl, namespace, "pi", "Restarting", timeout=60)
+        # The worker Job is recreated, which takes more than one reconcile: the loss is always seen and
+        # Restarting set, with its Warning Event. Running, read from the Ready pods, clears it once the
+        # new workers are Ready, which kwok makes them within a fraction of a second: sooner than a
+        # poll may look, so the Event is what is waited for. A StatefulSet may replace the pod before
+        # any reconcile sees it gone, and then there is nothing to show.
+        wait_event(kubectl, namespace, "pi", "MPIJobRestarting", "Warning", timeout=60)
 
     def back() -> bool:
         ws = [p for p in live(pods(kubectl, namespace, "pi", "worker"))

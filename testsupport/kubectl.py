@@ -112,6 +112,19 @@ def wait_condition(kubectl: Callable, ns: str, name: str, ctype: str, timeout: f
     return found[ctype]
 
 
+def wait_event(kubectl: Callable, ns: str, name: str, reason: str, type_: str, timeout: float = 90) -> dict:
+    """The first Event of `reason` and `type_` on MPIJob ns/name: the lasting record of a condition
+    that may already have been cleared when a poll looks (the operator writes both in one plan)."""
+    found: list[dict] = []
+
+    def check() -> bool:
+        found[:] = [e for e in events(kubectl, ns, name) if e["reason"] == reason and e["type"] == type_]
+        return bool(found)
+
+    wait_until(check, timeout, interval=0.3, what=f"a {type_} Event {reason} on MPIJob {ns}/{name}")
+    return found[0]
+
+
 def pods(kubectl: Callable, ns: str, name: str, role: str) -> list[dict]:
     return items(kubectl, ns, "pods", f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}={role}")
 
