@@ -28,6 +28,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import Resource
@@ -116,6 +117,9 @@ class Reflector:
         self._offline = False  # the last attempt failed on the connection
         self.on_reconnect: Callable[[], None] | None = None
         self._lock = threading.Lock()
+        # informer_events_total's child per event type, looked up once: labels() takes a lock and
+        # builds a key on every call, and it ran for every watch event (docs/architecture.md 7.1).
+        self._event_counters: dict[str, Any] = {}
         metrics.last_resource_version_age.labels(self.name).set_function(
             lambda: time.monotonic() - self.last_rv_time
         )
@@ -199,6 +203,12 @@ class Reflector:
                 metrics.watch_errors_total.labels(self.name, "unexpected").inc()
                 need_list = True
                 self._sleep(self.backoff.next())
+
+    def _count_event(self, typ: str) -> None:
+        counter = self._event_counters.get(typ)
+        if counter is None:
+            counter = self._event_counters[typ] = metrics.events_total.labels(self.name, typ)
+        counter.inc()
 
     def _sleep(self, seconds: float) -> None:
         self._wake.wait(seconds)
@@ -294,7 +304,7 @@ class Reflector:
                 events += 1
                 typ = ev.get("type")
                 obj = ev.get("object") or {}
-                metrics.events_total.labels(self.name, typ or "").inc()
+                self._count_event(typ or "")
                 if typ == "ERROR":
                     err = ApiError.from_status(obj)
                     if is_expired(err):

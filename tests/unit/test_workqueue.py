@@ -428,3 +428,36 @@ def test_concurrent_add_after_and_rate_limited():
         t.join(5)
     q.shutdown()
     assert set(got) == set(keys)
+
+
+class _CountingCondition(threading.Condition):
+    """A Condition that counts the waits that returned: each is a thread woken up."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
+        self.wakeups = 0
+
+    def wait(self, timeout=None):
+        woken = super().wait(timeout)
+        self.wakeups += 1  # under the lock again
+        return woken
+
+
+def test_idle_workers_stay_asleep_when_the_queue_goes_idle(q):
+    """done() on the last item in flight wakes nobody (unless a drain waits for it), and one add
+    wakes one worker: on a burst, each idle queue woke every worker blocked in get() for nothing."""
+    q._cond = cond = _CountingCondition()
+    q.add("a")
+    item, _ = q.get()
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(q.get()), daemon=True) for _ in range(4)]
+    for t in workers:
+        t.start()
+    assert wait_for(lambda: len(cond._waiters) == 4)
+    q.done(item)
+    time.sleep(0.05)
+    assert cond.wakeups == 0
+    q.add("b")
+    assert wait_for(lambda: got == [("b", False)])
+    time.sleep(0.05)
+    assert cond.wakeups == 1
