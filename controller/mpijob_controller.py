@@ -54,8 +54,10 @@ REFUSAL_RETRY_MAX = 10.0
 WORKER_HANG_SECONDS = 600.0
 # A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
 # one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
-# (a Job's status, from which Running is read) still reconcile at once (docs/architecture.md section 3.1).
-POD_EVENT_BATCH_SECONDS = 0.5
+# still reconcile at once. Running is read from the Ready pods, so this delay is part of every
+# bring-up's wait: 0.25 s rather than 0.5 s cut Running p95 by 8 % at 100 MPIJobs x 2 for 7 % more
+# reconciles (docs/architecture.md section 3.1).
+POD_EVENT_BATCH_SECONDS = 0.25
 EVENT_METRICS = {
     "MPIJobCreated": metrics.jobs_created,
     "MPIJobSucceeded": metrics.jobs_successful,
