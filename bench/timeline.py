@@ -20,7 +20,7 @@ import signal
 import threading
 from pathlib import Path
 
-from bench.bench_operator import JOB_NAME_LABEL, ROLE_LABEL, Watch, _condition
+from bench.bench_operator import JOB_NAME_LABEL, ROLE_LABEL, Watch, _condition, _pct
 from client.resources import JOBS, MPIJOBS, PODS
 from client.rest import RestClient
 from testsupport.paths import CLUSTER_DIR
@@ -102,12 +102,11 @@ def report(data: dict[str, Stages]) -> str:
         rows = []
         for n in names:
             xs = sorted(s[n] - t0 for s in items if n in s)
-            rows.append((xs[len(xs) // 2], n, xs))
+            rows.append((_pct(xs, 0.50), n, xs))
         lines.append(f"{ns}: {len(items)} MPIJobs (seconds from the first seen)")
-        for _, n, xs in sorted(rows):
-            p95 = xs[min(len(xs) - 1, int(0.95 * len(xs)))]
-            lines.append(f"  {n:24s} n={len(xs):5d}  min {xs[0]:7.2f}  p50 {xs[len(xs) // 2]:7.2f}  "
-                         f"p95 {p95:7.2f}  max {xs[-1]:7.2f}")
+        for p50, n, xs in sorted(rows):
+            lines.append(f"  {n:24s} n={len(xs):5d}  min {xs[0]:7.2f}  p50 {p50:7.2f}  "
+                         f"p95 {_pct(xs, 0.95):7.2f}  max {xs[-1]:7.2f}")
     return "\n".join(lines)
 
 
