@@ -138,8 +138,10 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     # Open MPI 5's mpirun exits 0 after losing a worker: remember the loss past Running (workerloss.py).
     workerloss.record(ctx, draft, children.ready_workers(ctx))
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}
-    # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs.
-    worker_failed = any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded") for p in ctx.pods.workers)
+    # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs; one
+    # that a suspend stopped is not (the resume starts afresh).
+    worker_failed = any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+                        for p in workerloss.current_workers(ctx, draft.status))
     worker_lost = status.is_true(draft.old_status, status.RUNNING) and not workers_ready
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)

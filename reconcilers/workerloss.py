@@ -79,12 +79,36 @@ def pod_lost_at(pod: Obj, now: datetime) -> datetime | None:
     return min(deleting - timedelta(seconds=grace if isinstance(grace, int) else 0), now)
 
 
-def pod_losses(ctx: JobContext) -> list[tuple[datetime, str]]:
+def resumed_at(st: Obj) -> datetime | None:
+    """When the MPIJob was last resumed (its Suspended condition turned False), or None."""
+    c = status.get_condition(st, status.SUSPENDED)
+    return status.parse_time(c.get("lastTransitionTime")) if c and c.get("status") == "False" else None
+
+
+def stopped_by_suspend(pod: Obj, resumed: datetime | None) -> bool:
+    """A worker pod created before the last resume: the suspend stopped it (the Job controller
+    deletes a suspended Job's pods, the StatefulSet is scaled to 0), so its end is no loss of the run
+    that the resume started. Its end cannot be told apart by time: both it and the resumed launcher's
+    start are stored in whole seconds, and a pod that takes a second to stop ends in the very second
+    the new launcher starts (docs/architecture.md section 9). Its creation is before the resume (the
+    condition's time, in the operator's clock); one created in the resume's second counts as new."""
+    created = status.parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    return resumed is not None and created is not None and created < resumed
+
+
+def current_workers(ctx: JobContext, st: Obj) -> list[Obj]:
+    """The worker pods of the run since the last resume (all of them if never suspended)."""
+    resumed = resumed_at(st)
+    return [p for p in ctx.pods.workers if not stopped_by_suspend(p, resumed)]
+
+
+def pod_losses(ctx: JobContext, st: Obj) -> list[tuple[datetime, str]]:
     """(when, what) for each worker pod that ended or is being deleted, earliest first. A pod a
-    scale-down removes (its index at or past Worker replicas) is not lost: it was asked for."""
+    scale-down removes (its index at or past Worker replicas) is not lost: it was asked for; nor is
+    one a suspend stopped (`st`: the MPIJob's status, for the resume's time)."""
     count = desired.worker_replicas(ctx.job)
     out = []
-    for pod in ctx.pods.workers:
+    for pod in current_workers(ctx, st):
         index = _index(ctx, pod)
         when = pod_lost_at(pod, ctx.now)
         if when is not None and (index is None or index < count):
@@ -116,7 +140,7 @@ def losses(ctx: JobContext, draft: Draft, workers_ready: int) -> list[tuple[date
     """Every loss the plan sees now: pods lost or replaced, and a Running MPIJob whose workers' Ready
     count fell below what it ran with (the lost pod may have left the cache already). A count that
     grew (a scale-up) is not a loss, so the bar is what the last status recorded as active."""
-    out = pod_losses(ctx) + replaced_unseen(ctx, draft.old_status)
+    out = pod_losses(ctx, draft.status) + replaced_unseen(ctx, draft.old_status)
     count = desired.worker_replicas(ctx.job)
     # The status as stored: any shape the CRD admits (it does not type replicaStatuses' values).
     replicas = draft.old_status.get("replicaStatuses")
@@ -187,7 +211,7 @@ def lost_during(ctx: JobContext, draft: Draft, pod: Obj) -> str | None:
     at = recorded_at(draft.status)
     if at is not None and start <= at:
         return "a worker was lost (condition WorkerLost)"
-    for when, what in pod_losses(ctx):
+    for when, what in pod_losses(ctx, draft.status):
         if start <= when and (end is None or when <= end):
             return what
     # A replacement created after the end was lost before it was created: maybe during the run.

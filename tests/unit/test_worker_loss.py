@@ -251,6 +251,60 @@ def test_a_run_without_a_loss_never_writes_the_record(backend):
     assert cond(p.status, st.SUCCEEDED)["status"] == "True"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("ended", [11, 15])
+def test_workers_a_suspend_stopped_are_no_loss_of_the_run_the_resume_starts(backend, ended):
+    """The race CI met on the real node (launcherCreationPolicy AtStartup): suspended at 10, resumed at
+    11.3, the new launcher pod starts at 11.4 (stored as 11) while the old workers' sshd, stopped by
+    the suspend, ends at 11.x (stored as 11: the same second) or, resumed before they stopped, later.
+    Their ends are no loss of the resumed run: no Restarting, no record, and its exit 0 is a success."""
+    job, obs = running_state(open_mpi(), backend)
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs, _ = converge(job, obs, backend, now=at(10))
+    old = [lost_worker(job, backend, i, ended) for i in range(2)]
+    for w in old:
+        w["metadata"]["creationTimestamp"] = t(0)
+    ready = "readyReplicas" if backend == "statefulset" else "ready"
+    obs = replace(obs, pods=old, workers=with_status(obs.workers, **{ready: 0}),
+                  launcher=with_status(obs.launcher, active=0, ready=0))
+    if backend == "job":  # the Indexed Job counts the stopped sshds' indexes as completed
+        obs = replace(obs, workers=with_status(obs.workers, succeeded=2, completedIndexes="0,1"))
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, resume = step(job, obs, backend, 11.3)  # the Job backend deletes the worker Job
+    assert cond(job, st.SUSPENDED)["lastTransitionTime"] == t(11)
+    a = launcher(job, 1, start=11.4)
+    a["metadata"]["creationTimestamp"] = t(11)
+    obs = replace(obs, pods=[a, *old], launcher=with_status(obs.launcher, active=1, ready=1))
+    job, obs, seen = step(job, obs, backend, ended + 0.5)  # the old pods still in the cache
+    obs = replace(obs, pods=[a])  # gone; the Job backend creates its worker Job again
+    job, obs, more = converge(job, obs, backend, now=at(ended + 1))
+    new = [pod(job, "worker", i, backend=backend) for i in range(2)]
+    for w in new:
+        w["metadata"]["creationTimestamp"] = t(ended + 1)
+    obs = workers_ready(replace(obs, pods=[a, *new]), 2)
+    job, obs, last = converge(job, obs, backend, now=at(ended + 2))
+    assert st.is_true(job["status"], st.RUNNING), job["status"]
+    every = [resume, seen, *more, *last]
+    assert not [e for q in every for e in q.events if e.reason == st.R_RESTARTING]
+    assert all(cond(q.status, wl.WORKER_LOST) is None for q in every if q.status is not None)
+    p = launcher_exits(job, obs, backend, launcher(job, 1, start=11.4, end=40), when=40, now=41)
+    assert cond(p.status, st.SUCCEEDED)["status"] == "True" and cond(p.status, st.FAILED) is None, p.status
+
+
+def test_a_worker_created_in_the_resumes_second_is_of_the_resumed_run():
+    """Creation and the resume are stored in whole seconds: a pod created in the resume's second may be
+    the resumed run's own, so its loss counts; one created a second before was stopped by the suspend."""
+    resumed = {"conditions": [{"type": st.SUSPENDED, "status": "False", "reason": st.R_RESUMED,
+                               "lastTransitionTime": t(11)}]}
+    made = lambda s: {"metadata": {"creationTimestamp": t(s)}}  # noqa: E731
+    assert wl.stopped_by_suspend(made(10), wl.resumed_at(resumed))
+    assert not wl.stopped_by_suspend(made(11), wl.resumed_at(resumed))
+    assert not wl.stopped_by_suspend({"metadata": {}}, wl.resumed_at(resumed))
+    assert not wl.stopped_by_suspend(made(10), wl.resumed_at({}))  # never suspended
+    suspended = {"conditions": [{**resumed["conditions"][0], "status": "True"}]}
+    assert not wl.stopped_by_suspend(made(10), wl.resumed_at(suspended))
+
+
 # -- the pieces --------------------------------------------------------------------------------------------------
 
 
