@@ -62,17 +62,20 @@ def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):
     ns = f"realnode-kill-{backend[:3]}-{uuid.uuid4().hex[:6]}"
     p = _smoke(ns, backend, KEEP="1", PI_INTERVALS="40000000000")  # ~25 s of computing
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            r = kubectl("-n", ns, "get", "pods", "-l", "training.kubeflow.org/job-role=launcher",
-                        "-o", "jsonpath={.items[*].status.phase}", check=False)
-            if "Running" in r.stdout:
-                break
-            time.sleep(0.5)
-        time.sleep(6)
         sel = "training.kubeflow.org/job-role=worker," + (
             "statefulset.kubernetes.io/pod-name=pi-worker-0" if backend == "statefulset"
             else "batch.kubernetes.io/job-completion-index=0")
+        if backend == "statefulset":
+            # Only once a rank runs there: deleted earlier (mpirun's ssh still retrying while the
+            # workers start), the worker is back before mpirun reaches it and nothing fails (seen in
+            # CI once in 5 runs).
+            _wait_rank_on(kubectl, ns, sel)
+        else:
+            # 6 s after the launcher runs. Deleted as soon as a rank ran (about 2 s after the pod
+            # started), the Indexed Job ran index 0 again in 2 of 3 runs on the real node although
+            # the pod ended Succeeded: not the case this test shows; why is not established.
+            _wait_launcher_running(kubectl, ns)
+            time.sleep(6)
         kubectl("-n", ns, "delete", "pod", "-l", sel, "--wait=false")
         if backend == "job":
             _index_completed_and_never_rerun(kubectl, ns)
@@ -85,6 +88,32 @@ def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):
     finally:
         p.kill()
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _wait_launcher_running(kubectl, ns: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = kubectl("-n", ns, "get", "pods", "-l", "training.kubeflow.org/job-role=launcher",
+                    "-o", "jsonpath={.items[*].status.phase}", check=False)
+        if "Running" in r.stdout:
+            return
+        time.sleep(0.5)
+
+
+def _wait_rank_on(kubectl, ns: str, selector: str, timeout: float = 120) -> None:
+    """Until a process of /opt/pi (a rank) runs in the pod `selector` picks. The pattern is written
+    so that it does not match the grep looking for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        name = kubectl("-n", ns, "get", "pods", "-l", selector, "-o", "jsonpath={.items[0].metadata.name}",
+                       check=False).stdout.strip()
+        if name:
+            r = kubectl("-n", ns, "exec", name, "--", "sh", "-c", "grep -ls '/opt/p[i]' /proc/[0-9]*/cmdline",
+                        check=False)
+            if r.stdout.strip():
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no rank of /opt/pi ran in the pod of {selector} within {timeout:.0f}s")
 
 
 def _index_completed_and_never_rerun(kubectl, ns: str) -> None:
