@@ -114,6 +114,7 @@ class Result:
     """What the writes returned, for expectations: (resource, ns, name) -> resourceVersion / gone."""
 
     written: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    patched: set[tuple[str, str, str]] = field(default_factory=set)  # of `written`: by a patch, not a create
     gone: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
     mpijob: dict | None = None  # the MPIJob as the status write returned it
     warnings: list[Event] = field(default_factory=list)
@@ -277,6 +278,7 @@ class Executor:
             raise Refused(e, "patch", p.ref.kind, p.ref.name) from e
         log.info("patched", kind=p.ref.kind, name=p.ref.name, why=p.reason)
         res.written[(r.plural, p.ref.namespace, p.ref.name)] = out["metadata"]["resourceVersion"]
+        res.patched.add((r.plural, p.ref.namespace, p.ref.name))
 
     def _delete(self, d: Delete, res: Result) -> None:
         r = resource_for(d.ref.api_version, d.ref.kind)
@@ -309,6 +311,7 @@ class Executor:
             raise
         res.mpijob = out
         res.written[(MPIJOBS.plural, meta["namespace"], meta["name"])] = out["metadata"]["resourceVersion"]
+        res.patched.add((MPIJOBS.plural, meta["namespace"], meta["name"]))
 
     def event(self, mpijob: dict, ev: Event) -> None:
         """Records a core/v1 Event on the MPIJob. Best effort: a lost Event never fails a reconcile."""

@@ -30,16 +30,23 @@ class _Pending:
     rv: str | None  # None: waiting for the object to be gone
     uid: str | None
     since: float
+    quiet: bool = False  # its event is no news (echo()): a patch or a status write, not a create
 
 
 class Expectations:
     def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl, self._clock = ttl, clock
         self._by_owner: dict[str, dict[ObjKey, _Pending]] = {}
+        # Owners whose reconcile was put off until the cache shows their writes (deferred()): the
+        # event that completes them must enqueue them again, even when it is an echo.
+        self._deferred: set[str] = set()
         self._lock = threading.Lock()
 
-    def expect_object(self, owner: str, obj_key: ObjKey, rv: str) -> None:
-        self._put(owner, obj_key, _Pending(rv, None, self._clock()))
+    def expect_object(self, owner: str, obj_key: ObjKey, rv: str, quiet: bool = False) -> None:
+        """`quiet`: the write was a patch (of a child or of the MPIJob's status), whose event only
+        shows what the pass that wrote it planned; a create's event is news (the next step of a
+        plan may wait for the object, e.g. a gang's PodGroup before its pods)."""
+        self._put(owner, obj_key, _Pending(rv, None, self._clock(), quiet))
 
     def expect_gone(self, owner: str, obj_key: ObjKey, uid: str | None = None) -> None:
         self._put(owner, obj_key, _Pending(None, uid, self._clock()))
@@ -65,13 +72,42 @@ class Expectations:
                 if not pending:
                     del self._by_owner[owner]
 
+    def echo(self, owner: str, obj_key: ObjKey, rv: str | None) -> bool:
+        """True when the cache now shows obj_key at exactly the resourceVersion one of our quiet
+        writes returned (that write is observed, so it is no longer pending), and no reconcile of
+        `owner` waits for it: the event brings nothing but what the pass that wrote it knew."""
+        with self._lock:
+            pending = self._by_owner.get(owner)
+            p = pending.get(obj_key) if pending else None
+            if p is None or not p.quiet or p.rv is None or not rv or p.rv != rv:
+                return False
+            del pending[obj_key]
+            if pending:
+                return owner not in self._deferred
+            del self._by_owner[owner]
+            if owner in self._deferred:
+                self._deferred.discard(owner)
+                return False
+            return True
+
+    def is_deferred(self, owner: str) -> bool:
+        with self._lock:
+            return owner in self._deferred
+
+    def deferred(self, owner: str) -> None:
+        """A reconcile of `owner` was put off until its writes show (see echo())."""
+        with self._lock:
+            self._deferred.add(owner)
+
     def satisfied(self, owner: str) -> bool:
         with self._lock:
             pending = self._by_owner.get(owner)
             if not pending:
+                self._deferred.discard(owner)
                 return True
             if all(self._clock() - p.since > self._ttl for p in pending.values()):
                 del self._by_owner[owner]  # the events were lost or coalesced: read the cache anyway
+                self._deferred.discard(owner)
                 return True
             return False
 
@@ -82,3 +118,4 @@ class Expectations:
     def forget(self, owner: str) -> None:
         with self._lock:
             self._by_owner.pop(owner, None)
+            self._deferred.discard(owner)

@@ -1,8 +1,9 @@
 """What the controller remembers of each MPIJob between reconciles, in one place (docs/architecture.md
 section 3.2).
 
-Four things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
-taken by a foreign object, the pace of its pods (reconcilers/pace.py), and the expectations of its
+Five things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
+taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status its last pass
+wrote (so that its event can be told for an echo, reconcilers/news.py), and the expectations of its
 writes (controller/expectations.py); plus two metric series named after it. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
 again) must start blank, never inherit a refusal or a held write of its predecessor.
@@ -39,6 +40,7 @@ class JobMemory:
     taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
     pace: Pace = field(default_factory=Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
+    status_sent: dict | None = None  # the status its last pass wrote (reconcilers/news.status_echo)
 
 
 class JobMemories:

@@ -161,3 +161,77 @@ def test_process_requeues_quietly_a_patch_of_an_object_deleted_meanwhile(setup):
     ctrl._process(KEY)
     assert [c[0] for c in api.calls] == ["PATCH"], "no Blocked status, no Event: a race, not a refusal"
     assert ctrl.queue.num_requeues(KEY) == 1
+
+
+def test_the_echo_of_our_status_write_enqueues_nothing_but_news_does(setup, job):
+    """The MPIJob event that only shows the status this operator wrote reconciles nothing (the pass
+    that wrote it planned from all the rest); a change by anyone else after it does."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    assert len(ctrl.queue) == 0
+    ctrl._mpijob_updated(job, copy.deepcopy(server.job))  # the watch event of our status patch
+    assert len(ctrl.queue) == 0
+    later = copy.deepcopy(server.job)
+    later["metadata"]["resourceVersion"] = str(int(later["metadata"]["resourceVersion"]) + 1)
+    later["metadata"]["labels"] = {"edited": "by-a-user"}
+    ctrl._mpijob_updated(server.job, later)
+    assert len(ctrl.queue) == 1
+
+
+def test_the_echo_a_waiting_reconcile_needs_enqueues_it(setup, job):
+    """A reconcile that found the cache behind its writes waits for their events: the echo that
+    completes them enqueues the MPIJob, else it would wait for the 5 s safety net."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    ctrl.queue.forget(KEY)
+    for obj in server.created:  # the children's events come first ...
+        {"Service": ctrl.services, "ConfigMap": ctrl.config_maps, "Secret": ctrl.secrets,
+         "Job": ctrl.jobs}[obj["kind"]].store.add(copy.deepcopy(obj))
+    ctrl.sync(KEY)  # ... a reconcile finds the MPIJob's status not there yet: put off
+    assert len(ctrl.queue) == 0
+    ctrl.mpijobs.store.add(server.job)  # then the status, as the informer stores it, then its handler
+    ctrl._mpijob_updated(job, copy.deepcopy(server.job))
+    assert len(ctrl.queue) == 1
+
+
+def test_a_resync_is_never_taken_for_an_echo(setup):
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    waiting = ctrl.queue.waiting_len()
+    ctrl._mpijob_updated(server.job, server.job)  # the periodic resync: old is new
+    assert len(ctrl.queue) + ctrl.queue.waiting_len() == waiting + 1
+
+
+def test_the_event_of_a_child_we_created_is_news(setup):
+    """A create's event enqueues: the next step of a plan may wait for the object (a gang's PodGroup
+    before the pods that join it)."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    job = next(o for o in server.created if o["kind"] == "Job")
+    ctrl._enqueue_owner(copy.deepcopy(job), "jobs")
+    assert len(ctrl.queue) == 1
+
+
+def test_a_running_mpijobs_job_counting_pods_is_no_news(setup):
+    """The Job controller raising a Running MPIJob's launcher Job's counts reconciles nothing; the
+    same Job losing a Ready pod, or ending, does."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    running = copy.deepcopy(server.job)
+    running["status"]["conditions"].append({"type": "Running", "status": "True"})
+    ctrl.mpijobs.store.add(running)
+    launcher = next(o for o in server.created if o["kind"] == "Job")
+    before = {**copy.deepcopy(launcher), "status": {"active": 1}}
+    counted = {**copy.deepcopy(launcher), "status": {"active": 1, "ready": 1}}
+    ctrl._child_updated(before, counted, "jobs")
+    assert len(ctrl.queue) == 0
+    ctrl._child_updated(counted, before, "jobs")  # ready 1 -> 0
+    assert len(ctrl.queue) == 1
+    ctrl.queue.get()
+    ctrl.queue.done(KEY)
+    ctrl._child_updated(counted, {**counted, "status": {"active": 0, "ready": 1, "succeeded": 1}}, "jobs")
+    assert len(ctrl.queue) == 1

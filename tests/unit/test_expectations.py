@@ -155,3 +155,68 @@ def test_forget(exp):
 def test_observing_an_unexpected_object_is_harmless(exp):
     exp.observe("ns/pi", KEY, obj("1"))
     assert exp.satisfied("ns/pi")
+
+
+# -- echo: an event that only shows our own write -----------------------------------------------------
+
+MJ = ("mpijobs", "ns", "pi")
+
+
+@pytest.mark.parametrize("event_rv,echo", [
+    ("42", True),   # exactly what our write returned
+    ("43", False),  # a later change: news, whoever made it
+    ("41", False),  # an older state (a relist, a late event): not our write
+    (None, False), ("", False),
+])
+def test_an_echo_is_the_exact_resource_version_written(exp, event_rv, echo):
+    exp.expect_object("ns/pi", MJ, "42", quiet=True)
+    assert exp.echo("ns/pi", MJ, event_rv) is echo
+    assert exp.satisfied("ns/pi") is echo  # the echo counts as observed; nothing else does here
+
+
+def test_nothing_written_is_no_echo(exp):
+    assert not exp.echo("ns/pi", MJ, "42")
+    exp.expect_object("ns/pi", KEY, "42")  # a create: its event is news (a plan may wait for the object)
+    assert not exp.echo("ns/pi", KEY, "42")
+    assert not exp.satisfied("ns/pi"), "left for the reconcile's own look at the cache"
+    exp.expect_gone("ns/pi", MJ)
+    assert not exp.echo("ns/pi", MJ, "42")  # a delete expected: any object seen is news
+
+
+def test_an_echo_for_a_reconcile_put_off_enqueues(exp):
+    """A reconcile that waited for the cache (deferred) must run once its writes show, even when
+    the event that shows the last of them is an echo."""
+    exp.expect_object("ns/pi", MJ, "42", quiet=True)
+    exp.deferred("ns/pi")
+    assert not exp.echo("ns/pi", MJ, "42")
+    assert exp.satisfied("ns/pi")
+    exp.expect_object("ns/pi", MJ, "43", quiet=True)
+    assert exp.echo("ns/pi", MJ, "43")  # the mark went with the write it waited for
+
+
+def test_an_echo_with_other_writes_pending(exp):
+    exp.expect_object("ns/pi", MJ, "42", quiet=True)
+    exp.expect_object("ns/pi", KEY, "40")
+    assert exp.echo("ns/pi", MJ, "42")  # the child's own event, when it comes, enqueues
+    assert exp.pending("ns/pi") == [KEY]
+    exp.deferred("ns/pi")
+    exp.expect_object("ns/pi", MJ, "44", quiet=True)
+    assert not exp.echo("ns/pi", MJ, "44")  # a reconcile waits: enqueue, whatever else is pending
+
+
+def test_satisfied_and_forget_clear_the_mark(exp):
+    exp.deferred("ns/pi")
+    assert exp.satisfied("ns/pi")  # nothing pending: the waiting reconcile runs now
+    exp.expect_object("ns/pi", MJ, "42", quiet=True)
+    assert exp.echo("ns/pi", MJ, "42")
+    exp.deferred("ns/pi")
+    exp.forget("ns/pi")
+    exp.expect_object("ns/pi", MJ, "45", quiet=True)
+    assert exp.echo("ns/pi", MJ, "45")
+
+
+def test_echoes_of_owners_are_independent(exp):
+    exp.expect_object("ns/a", MJ, "42", quiet=True)
+    exp.deferred("ns/b")
+    assert exp.echo("ns/a", MJ, "42")
+    assert not exp.echo("ns/b", MJ, "42")
