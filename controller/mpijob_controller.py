@@ -159,7 +159,8 @@ class MPIJobController:
             inf.add_event_handler(
                 on_add=lambda obj, plural=plural: self._enqueue_owner(obj, plural),
                 on_update=lambda old, new, plural=plural: self._child_updated(old, new, plural),
-                on_delete=lambda obj, plural=plural: self._enqueue_owner(_unwrap(obj), plural),
+                # A delete is always news, whatever resourceVersion its last known state had.
+                on_delete=lambda obj: self._enqueue_owner(_unwrap(obj), ""),
             )
         self._threads: list[threading.Thread] = []
 
@@ -206,8 +207,10 @@ class MPIJobController:
         self._enqueue_owner(new, plural)
 
     def _enqueue_owner(self, obj: dict, plural: str) -> None:
+        """Queues the MPIJob that owns `obj`, unless the event echoes a patch of ours to it (an
+        empty `plural`: never taken for an echo)."""
         owner = names.owner_key(obj)
-        if owner and self._active and not self._echo(owner, plural, obj):
+        if owner and self._active and not (plural and self._echo(owner, plural, obj)):
             self.queue.add(owner)
 
     def _echo(self, owner: str, plural: str, obj: dict) -> bool:

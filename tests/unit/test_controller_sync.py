@@ -235,3 +235,17 @@ def test_a_running_mpijobs_job_counting_pods_is_no_news(setup):
     ctrl.queue.done(KEY)
     ctrl._child_updated(counted, {**counted, "status": {"active": 0, "ready": 1, "succeeded": 1}}, "jobs")
     assert len(ctrl.queue) == 1
+
+
+def test_a_delete_is_never_taken_for_an_echo(setup):
+    """A child deleted (a relist's DeletedFinalStateUnknown carries its last known state, which may
+    be the very state our patch returned) always queues its MPIJob."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    cm = next(o for o in server.created if o["kind"] == "ConfigMap")
+    ctrl.expectations.expect_object(KEY, ("configmaps", "ns", cm["metadata"]["name"]),
+                                    cm["metadata"]["resourceVersion"], quiet=True)
+    for h in ctrl.config_maps.handlers:
+        h.on_delete(copy.deepcopy(cm))
+    assert len(ctrl.queue) == 1
