@@ -22,7 +22,7 @@ from reconcilers import status
 from reconcilers.types import Obj
 
 # The status fields each controller keeps counting as pods move, that the plan never reads except
-# the Ready count (READY): a Job's, then a StatefulSet's.
+# the Ready count (the second item of each _COUNTS entry): a Job's, then a StatefulSet's.
 _JOB_COUNTS = frozenset({"active", "ready", "terminating", "startTime"})
 _STS_COUNTS = frozenset({"replicas", "readyReplicas", "availableReplicas", "currentReplicas",
                          "updatedReplicas", "observedGeneration", "currentRevision", "updateRevision"})
@@ -33,21 +33,20 @@ def _dict(v: Any) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def _meta_but_version(obj: Obj) -> dict:
-    return {k: v for k, v in _dict(obj.get("metadata")).items() if k != "resourceVersion"}
-
-
 def _but(obj: Obj, *keys: str) -> dict:
     return {k: v for k, v in obj.items() if k not in keys}
+
+
+def _only_status_moved(old: Obj, new: Obj) -> bool:
+    """Nothing but the status (and the resourceVersion) differs from `old` to `new`."""
+    return _but(old, "metadata", "status") == _but(new, "metadata", "status") and \
+        _but(_dict(old.get("metadata")), "resourceVersion") == _but(_dict(new.get("metadata")), "resourceVersion")
 
 
 def status_echo(old: Obj, new: Obj, sent: Obj | None) -> bool:
     """The update from `old` to `new` changed the MPIJob's status alone, to exactly `sent` (the
     status the operator's last pass wrote)."""
-    if sent is None or new.get("status") != sent:
-        return False
-    return _but(old, "metadata", "status") == _but(new, "metadata", "status") and \
-        _meta_but_version(old) == _meta_but_version(new)
+    return sent is not None and new.get("status") == sent and _only_status_moved(old, new)
 
 
 def _ready(st: dict, key: str) -> int:
@@ -67,7 +66,4 @@ def counts_only(old: Obj, new: Obj, mpijob: Obj | None) -> bool:
     old_st, new_st = _dict(old.get("status")), _dict(new.get("status"))
     if _ready(new_st, ready) < _ready(old_st, ready):
         return False
-    if _but(old_st, *counts) != _but(new_st, *counts):
-        return False
-    return _but(old, "metadata", "status") == _but(new, "metadata", "status") and \
-        _meta_but_version(old) == _meta_but_version(new)
+    return _but(old_st, *counts) == _but(new_st, *counts) and _only_status_moved(old, new)
