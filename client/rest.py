@@ -39,6 +39,12 @@ from client.ratelimit import TokenBucket
 # renewed well ahead of their expiry, by minutes, so a few seconds of reuse never sends an expired one.
 AUTH_REFRESH_SECONDS = 10.0
 
+# The answer as a PartialObjectMetadata (apiVersion meta.k8s.io/v1: the object's metadata alone),
+# else JSON of the whole object. The API server honours it for reads and writes alike (GET, POST,
+# PATCH, PUT): a write's answer is then a third of the object or less, which neither the server
+# encodes nor this client decodes (docs/architecture.md section 7.1).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+
 requests_total = Counter(
     "rest_client_requests_total", "API requests by method and HTTP status code", ["method", "code"]
 )
@@ -197,12 +203,13 @@ class RestClient:
         return RestClient(self.api_client, qps=qps, burst=burst, connections=self._transport())
 
     def _prepare(self, path: str, query: dict | None, body: Any, content_type: str,
-                 guard: Callable[[], None] | None) -> tuple[str, bytes | None, dict[str, str]]:
+                 guard: Callable[[], None] | None,
+                 accept: str = "application/json") -> tuple[str, bytes | None, dict[str, str]]:
         """(path?query, body bytes, headers) of a call once the throttle lets it go and `guard` passed."""
         self.limiter.take()
         if guard is not None:  # after the throttle: what held when the call was made may not hold now
             guard()
-        headers = {"Accept": "application/json", "User-Agent": self.api_client.user_agent, **self._auth_headers()}
+        headers = {"Accept": accept, "User-Agent": self.api_client.user_agent, **self._auth_headers()}
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -217,12 +224,12 @@ class RestClient:
             self.forget_auth()
 
     def _exchange(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
-                  timeout: float, guard: Callable[[], None] | None) -> bytes:
+                  timeout: float, guard: Callable[[], None] | None, accept: str = "application/json") -> bytes:
         """The body of a 2xx answer to one call; ApiError on any other."""
         conns = self._transport()
         if conns is None:
-            return _body(self._send(method, path, query, body, content_type, timeout, guard))
-        target, data, headers = self._prepare(path, query, body, content_type, guard)
+            return _body(self._send(method, path, query, body, content_type, timeout, guard, accept))
+        target, data, headers = self._prepare(path, query, body, content_type, guard, accept)
         try:
             status, reason, resp_headers, out = conns.request(method, target, data, headers, timeout or None)
         except Exception:
@@ -234,10 +241,11 @@ class RestClient:
         return out
 
     def _send(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
-              timeout: Any, guard: Callable[[], None] | None = None) -> urllib3.BaseHTTPResponse:
+              timeout: Any, guard: Callable[[], None] | None = None,
+              accept: str = "application/json") -> urllib3.BaseHTTPResponse:
         """One call through the kubernetes client's urllib3 pool (watches; configurations that
         client/connection.py does not reproduce); the response not yet read."""
-        target, data, headers = self._prepare(path, query, body, content_type, guard)
+        target, data, headers = self._prepare(path, query, body, content_type, guard, accept)
         url = self.api_client.configuration.host + target
         if isinstance(timeout, tuple):
             tmo = urllib3.Timeout(connect=timeout[0], read=timeout[1])
@@ -254,12 +262,15 @@ class RestClient:
 
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
                 content_type: str = "application/json", timeout: float = 30,
-                guard: Callable[[], None] | None = None) -> dict:
+                guard: Callable[[], None] | None = None, metadata_only: bool = False) -> dict:
         """One API call; returns the decoded JSON body ({} when empty). Raises ApiError on a non-2xx
         answer; connection errors propagate as they are (client.errors.CONNECTION_ERRORS). `guard` is
         called once the client's throttle lets the call go, just before it is sent; what it raises
-        aborts the call."""
-        data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard)
+        aborts the call. `metadata_only`: the caller reads only the answer's `metadata` (a write's
+        resourceVersion, an object's owners and labels), so the server is asked for that alone
+        (METADATA_ONLY); a server that cannot answer so sends the whole object, which has it too."""
+        accept = METADATA_ONLY if metadata_only else "application/json"
+        data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard, accept)
         return _loads(data) if data else {}
 
     def get_text(self, path: str, timeout: float = 30) -> str:

@@ -116,7 +116,7 @@ class Result:
     written: dict[tuple[str, str, str], str] = field(default_factory=dict)
     patched: set[tuple[str, str, str]] = field(default_factory=set)  # of `written`: by a patch, not a create
     gone: dict[tuple[str, str, str], str | None] = field(default_factory=dict)
-    mpijob: dict | None = None  # the MPIJob as the status write returned it
+    mpijob: dict | None = None  # the MPIJob's metadata as the status write returned it
     warnings: list[Event] = field(default_factory=list)
     refused: Refused | None = None  # the write the API server refused; nothing after it was sent
     foreign: ForeignObject | None = None  # a child's name held by an object not ours; nothing after it was sent
@@ -142,7 +142,9 @@ class Executor:
 
         # The leader guard holds for every attempt, retries included, and is checked after the
         # client's throttle: a write that waited for a token goes out only if we still lead.
-        return RETRYING(lambda: self.client.request(method, path, guard=guard, **kw))
+        # Of any answer the executor reads the metadata alone (a write's resourceVersion, an
+        # existing child's owners and labels): the server sends nothing else.
+        return RETRYING(lambda: self.client.request(method, path, guard=guard, metadata_only=True, **kw))
 
     def apply(self, mpijob: dict, plan: Plan) -> Result:
         res = Result()
@@ -245,7 +247,7 @@ class Executor:
     def exists(self, path: str) -> bool:
         """Whether the object at `path` exists (a read: no leader guard)."""
         try:
-            self.client.request("GET", path)
+            self.client.request("GET", path, metadata_only=True)
         except ApiError as e:
             if e.status == 404:
                 return False

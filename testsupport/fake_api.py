@@ -58,7 +58,8 @@ class FakeApi:
         self.lock = threading.Lock()
 
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
-                content_type: str = "", timeout: float = 30, guard: Callable[[], None] | None = None) -> Any:
+                content_type: str = "", timeout: float = 30, guard: Callable[[], None] | None = None,
+                metadata_only: bool = False) -> Any:
         if guard is not None:  # as RestClient: after the throttle, before sending
             guard()
         with self.lock:

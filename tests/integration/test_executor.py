@@ -71,6 +71,44 @@ def test_create_and_already_exists_of_our_own_object(client, mpijob, namespace):
     assert again.written[("configmaps", ns, "pi-config")] == cm["metadata"]["resourceVersion"]
 
 
+class Recording:
+    """The real client, every answer it returned kept."""
+
+    def __init__(self, client: RestClient) -> None:
+        self.client, self.answers = client, []
+
+    def request(self, method: str, path: str, **kw):
+        out = self.client.request(method, path, **kw)
+        self.answers.append((method, path, out))
+        return out
+
+
+def test_every_answer_the_executor_reads_is_metadata_only(client, mpijob, namespace):
+    """The executor reads a write's resourceVersion and an existing child's owners: the API server
+    sends those alone (PartialObjectMetadata), for creates, a create that finds our own object,
+    patches, the status patch and Events; a client asking for nothing of the kind gets the object."""
+    ns, rec = namespace, Recording(client)
+    ref = Ref("v1", "ConfigMap", ns, "pi-config")
+    status = {"conditions": [{"type": "Created", "status": "True", "reason": "MPIJobCreated", "message": "m",
+                              "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    plan = Plan(creates=[Create(config_map(mpijob, "pi-config"))], status=status,
+                events=[Event("Normal", "MPIJobCreated", "m")])
+    res = executor(rec).apply(mpijob, plan)
+    again = executor(rec).apply(mpijob, Plan(creates=[Create(config_map(mpijob, "pi-config"))],
+                                             patches=[Patch(ref, {"data": {"hostfile": "h"}})]))
+    cm = get_cm(client, ns, "pi-config")
+    assert cm["kind"] == "ConfigMap" and cm["data"] == {"k": "v", "hostfile": "h"}
+    kinds = {(method, out.get("kind")) for method, _, out in rec.answers}
+    assert kinds == {("POST", "PartialObjectMetadata"), ("GET", "PartialObjectMetadata"),
+                     ("PATCH", "PartialObjectMetadata")}, rec.answers
+    assert all("spec" not in out and "data" not in out and "status" not in out for _, _, out in rec.answers)
+    assert res.written[("configmaps", ns, "pi-config")] != cm["metadata"]["resourceVersion"]
+    assert again.written[("configmaps", ns, "pi-config")] == cm["metadata"]["resourceVersion"]
+    job = client.request("GET", MPIJOBS.path(ns, "pi"))
+    assert res.mpijob["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"]
+    assert job["status"]["conditions"][0]["reason"] == "MPIJobCreated"
+
+
 def test_creates_of_every_kind_appear(client, mpijob, namespace):
     ns, ref = namespace, [owner(mpijob)]
     pod = {"containers": [{"name": "c", "image": "x"}], "restartPolicy": "Never"}
