@@ -6,7 +6,7 @@ having run first. It is built after validation, so nothing here meets a spec `pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from reconcilers import backend, names, ownership
@@ -26,6 +26,9 @@ class JobContext:
     observed: Observed
     pods: JobPods
     stale_children: tuple[Obj, ...]
+    # id(child) -> (child, owned()): asked a dozen times per plan of the same few observed children,
+    # which the plan never changes; the entry holds the child, so that its id is not reused meanwhile
+    _owned: dict[int, tuple[Obj, bool]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def workers(self) -> Obj | None:
@@ -45,7 +48,12 @@ class JobContext:
         return self.job["spec"]["runPolicy"]
 
     def owned(self, obj: Obj | None) -> bool:
-        return ownership.owned(obj, self.job)
+        if obj is None:
+            return False
+        known = self._owned.get(id(obj))
+        if known is None or known[0] is not obj:
+            known = self._owned[id(obj)] = (obj, ownership.owned(obj, self.job))
+        return known[1]
 
 
 def choose_backend(inputs: Inputs, job: Obj) -> tuple[backend.Choice, Config]:

@@ -34,10 +34,15 @@ def deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def _uid_if_owned(obj: Obj | None, mpijob: Obj) -> str | None:
+    return (obj.get("metadata") or {}).get("uid") if owned(obj, mpijob) else None  # type: ignore[union-attr]
+
+
 def our_pods(mpijob: Obj, observed: Observed, workers: Obj | None) -> JobPods:
     """`workers`: the worker object of the MPIJob's backend (reconcilers/backend.py)."""
-    owners = {names.launcher_name(mpijob): (names.ROLE_LAUNCHER, observed.launcher),
-              names.worker_name(mpijob): (names.ROLE_WORKER, workers)}
+    # name -> (role, uid of the owner we observe and control, or None): looked up once, not per pod
+    owners = {names.launcher_name(mpijob): (names.ROLE_LAUNCHER, _uid_if_owned(observed.launcher, mpijob)),
+              names.worker_name(mpijob): (names.ROLE_WORKER, _uid_if_owned(workers, mpijob))}
     worker_pods: list[Obj] = []
     launcher_pods: list[Obj] = []
     stale: list[Obj] = []
@@ -51,7 +56,7 @@ def our_pods(mpijob: Obj, observed: Observed, workers: Obj | None) -> JobPods:
             continue
         refs = meta.get("ownerReferences") or []
         ref = next((r for r in refs if isinstance(r, dict) and r.get("controller")), {})
-        role, owner = owners.get(ref.get("name"), (None, None))
+        role, owner_uid = owners.get(ref.get("name"), (None, None))
         if ref.get("name") not in owners and names.is_controlled_by(pod, mpijob):
             # a bare worker pod of the upstream operator (reconcilers/takeover.py): controlled by the MPIJob
             if labels.get(names.JOB_ROLE_LABEL) == names.ROLE_WORKER:
@@ -59,7 +64,6 @@ def our_pods(mpijob: Obj, observed: Observed, workers: Obj | None) -> JobPods:
             continue
         if role is None or labels.get(names.JOB_ROLE_LABEL) != role:
             continue
-        owner_uid = (owner.get("metadata") or {}).get("uid") if owned(owner, mpijob) else None
         if ref.get("uid") and ref.get("uid") != owner_uid:
             stale.append(pod)
             continue
