@@ -41,6 +41,9 @@ class JobMemory:
     pace: Pace = field(default_factory=Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
     status_sent: dict | None = None  # the status its last pass wrote (reconcilers/news.status_echo)
+    # (plural, namespace, name) -> the merge patch its last pass sent to that child, until its event
+    # is seen (reconcilers/news.patch_echo)
+    patches_sent: dict[tuple[str, str, str], dict] = field(default_factory=dict)
 
 
 class JobMemories:

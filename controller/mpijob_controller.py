@@ -28,6 +28,7 @@ from client.resources import (
     VOLCANO_PODGROUPS,
     WORKLOAD_PODGROUPS,
     WORKLOADS,
+    resource_for,
 )
 from controller import logs, metrics, sshkeys
 from controller.config import Options
@@ -201,10 +202,28 @@ class MPIJobController:
 
     def _child_updated(self, old: dict, new: dict, plural: str) -> None:
         owner = names.owner_key(new)
-        if owner and self._active and news.counts_only(old, new, self.mpijobs.store.get(owner)) \
+        if owner and self._active and plural in (JOBS.plural, STATEFULSETS.plural) \
+                and news.counts_only(old, new, self.mpijobs.store.get(owner),
+                                     self.pods.store.by_index(POD_INDEX, owner)) \
                 and not self.expectations.is_deferred(owner):
-            return  # a Running MPIJob's Job or StatefulSet counting pods (reconcilers/news.py)
+            return  # a Job or StatefulSet counting pods, which the plan would not act on (reconcilers/news.py)
+        if owner and self._active and self._patch_echo(owner, plural, old, new):
+            return  # a patch of ours coming back, maybe before its answer (reconcilers/news.py)
         self._enqueue_owner(new, plural)
+
+    def _patch_echo(self, owner: str, plural: str, old: dict, new: dict) -> bool:
+        """`new` is `old` with exactly the patch the owner's last pass sent to it (once per patch)."""
+        meta = new.get("metadata") or {}
+        key = (plural, meta.get("namespace") or "", meta.get("name") or "")
+        ref = names.controller_ref(new) or {}
+        with self.memory.lock:
+            mem = self.memory.peek(owner)
+            if mem is None or mem.uid != ref.get("uid") or key not in mem.patches_sent:
+                return False
+            if not news.patch_echo(old, new, mem.patches_sent[key]) or self.expectations.is_deferred(owner):
+                return False
+            del mem.patches_sent[key]
+            return True
 
     def _enqueue_owner(self, obj: dict, plural: str) -> None:
         """Queues the MPIJob that owns `obj`, unless the event echoes a patch of ours to it (an
@@ -382,6 +401,9 @@ class MPIJobController:
             plan = refusal.report(plan, last)
         if plan.status is not None:
             mem.status_sent = plan.status  # before the write: its event may come before the answer
+        with self.memory.lock:  # read by the informers' threads (_patch_echo)
+            mem.patches_sent = {(resource_for(p.ref.api_version, p.ref.kind).plural, p.ref.namespace,
+                                 p.ref.name): p.patch for p in plan.patches}
         try:
             result = self._apply(key, mpijob, plan)
         finally:

@@ -10,6 +10,18 @@ event:
   Running. The plan reads none of those counts but `ready` (`readyReplicas`), and only as a floor
   under the Ready pods it counts itself (reconcilers/children.py), whose events reconcile anyway;
   a count that falls is news (a worker lost), one that rises cannot change a Running MPIJob.
+  During a bring-up (reconcilers/pace.py) the same holds of a count that cannot change what the
+  plan makes of it (reconcilers/children.py): the worker object's Ready count while it stays below
+  the workers wanted or at most the Ready pods of that object already cached (the plan takes the
+  higher of the two), and the launcher Job's while it does not move or a pod of that Job is already
+  cached Running (the count is only a fallback for the pods, `launcher_running`). The pods' own
+  events reconcile. Counted by trigger at 100 MPIJobs x 2 workers, one pass per MPIJob (of 3.6) was
+  such an event finding nothing.
+
+- `patch_echo`: a child changed by exactly a merge patch the operator's last pass sent to it (the
+  ConfigMap's `discover_hosts.sh`, most often). Its event often comes before the patch's answer, so
+  before the resourceVersion the answer carries can be expected (controller/expectations.py `echo`);
+  so the patch itself is recorded before the write, like the status for `status_echo`.
 
 Pure: the controller asks, and still enqueues whatever is not shown to be old news.
 """
@@ -18,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import status
+from reconcilers import desired, names, pace, status
 from reconcilers.types import Obj
 
 # The status fields each controller keeps counting as pods move, that the plan never reads except
@@ -49,21 +61,94 @@ def status_echo(old: Obj, new: Obj, sent: Obj | None) -> bool:
     return sent is not None and new.get("status") == sent and _only_status_moved(old, new)
 
 
+def _counted(st: dict) -> dict:
+    """`st` without the fields the controllers' first status write sets to their zero, which means
+    what their absence means: a Job's empty `uncountedTerminatedPods` (no pod listed), a
+    StatefulSet's `collisionCount` 0."""
+    uncounted = st.get("uncountedTerminatedPods")
+    if isinstance(uncounted, dict) and not any(uncounted.values()):
+        st = _but(st, "uncountedTerminatedPods")
+    if st.get("collisionCount") == 0 and not isinstance(st.get("collisionCount"), bool):
+        st = _but(st, "collisionCount")
+    return st
+
+
 def _ready(st: dict, key: str) -> int:
     v = st.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
-def counts_only(old: Obj, new: Obj, mpijob: Obj | None) -> bool:
+def _workers_wanted(mpijob: Obj) -> int | None:
+    """spec.mpiReplicaSpecs.Worker.replicas as stored (any shape the CRD admits): None when it is
+    not a count, or not there (a default the plan fills in is not guessed here)."""
+    n = _dict(_dict(_dict(mpijob.get("spec")).get("mpiReplicaSpecs")).get("Worker")).get("replicas")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _pods_of(obj: Obj, pods: list[Obj]) -> list[Obj]:
+    """The pods whose controller is `obj` (its uid), not a namesake's before it."""
+    uid = _dict(obj.get("metadata")).get("uid")
+    return [p for p in pods if uid and any(isinstance(r, dict) and r.get("controller") and r.get("uid") == uid
+                                           for r in _dict(p.get("metadata")).get("ownerReferences") or [])]
+
+
+def _bring_up_cannot_use(new: Obj, old_ready: int, new_ready: int, mpijob: Obj, pods: list[Obj]) -> bool:
+    """During a bring-up: the count moved is one the plan cannot act on (module docstring)."""
+    name = _dict(new.get("metadata")).get("name")
+    if name == names.worker_name(mpijob):
+        wanted = _workers_wanted(mpijob)
+        if wanted is None:
+            return False
+        return new_ready < wanted or new_ready <= sum(1 for p in _pods_of(new, pods) if desired.is_pod_ready(p))
+    if name != names.launcher_name(mpijob) or new.get("kind") != "Job":
+        return False
+    return new_ready == old_ready or any(desired.is_pod_active(p) for p in _pods_of(new, pods))
+
+
+def counts_only(old: Obj, new: Obj, mpijob: Obj | None, pods: list[Obj] | None = None) -> bool:
     """The update from `old` to `new` of a Job or StatefulSet only moved its pod counts, none of
-    them down the Ready count, while its MPIJob is Running."""
+    them down the Ready count, while its MPIJob is Running; or, during a bring-up, only counts that
+    cannot change what the plan makes of them, given the MPIJob's cached `pods` (module docstring)."""
     kind = new.get("kind")
     if kind not in _COUNTS or old.get("kind") != kind or mpijob is None:
         return False
-    if not status.is_true(mpijob.get("status"), status.RUNNING):
-        return False
     counts, ready = _COUNTS[kind]
     old_st, new_st = _dict(old.get("status")), _dict(new.get("status"))
-    if _ready(new_st, ready) < _ready(old_st, ready):
+    old_ready, new_ready = _ready(old_st, ready), _ready(new_st, ready)
+    if new_ready < old_ready:
         return False
-    return _but(old_st, *counts) == _but(new_st, *counts) and _only_status_moved(old, new)
+    if not (_but(_counted(old_st), *counts) == _but(_counted(new_st), *counts) and _only_status_moved(old, new)):
+        return False
+    if status.is_true(mpijob.get("status"), status.RUNNING):
+        return True
+    return pace.bringing_up(mpijob) and _bring_up_cannot_use(new, old_ready, new_ready, mpijob, pods or [])
+
+
+# What the API server changes of an object's metadata on any write, that no patch of ours sets.
+_SERVER_META = ("resourceVersion", "generation", "managedFields")
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as an RFC 7386 JSON merge patch (null removes a key)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merged(out.get(k), v)
+    return out
+
+
+def _but_server_meta(obj: Obj) -> dict:
+    return {**obj, "metadata": _but(_dict(obj.get("metadata")), *_SERVER_META)}
+
+
+def patch_echo(old: Obj, new: Obj, patch: Obj | None) -> bool:
+    """The update from `old` to `new` is `patch` (a merge patch the operator sent) applied to `old`,
+    and nothing else: whatever else moved (a default the server filled in, a status, anyone's
+    edit) makes it news."""
+    if not isinstance(patch, dict) or not patch:
+        return False
+    return _but_server_meta(_merged(old, patch)) == _but_server_meta(new)

@@ -237,6 +237,54 @@ def test_a_running_mpijobs_job_counting_pods_is_no_news(setup):
     assert len(ctrl.queue) == 1
 
 
+def test_a_bring_ups_launcher_count_is_news_until_its_pod_is_cached(setup):
+    """While the MPIJob comes up, the launcher Job's Ready count moving reconciles it, unless a pod of
+    that Job is already cached Running: the plan reads the count only in place of the pods."""
+    ctrl, _, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    launcher = next(o for o in server.created if o["kind"] == "Job" and o["metadata"]["name"].endswith("-launcher"))
+    before = {**copy.deepcopy(launcher), "status": {"active": 1}}
+    counted = {**copy.deepcopy(launcher), "status": {"active": 1, "ready": 1}}
+    ctrl._child_updated(before, counted, "jobs")
+    assert len(ctrl.queue) == 1
+    ctrl.queue.get()
+    ctrl.queue.done(KEY)
+    labels = launcher["spec"]["template"]["metadata"]["labels"]
+    ref = {"kind": "Job", "name": "pi-launcher", "controller": True, "uid": launcher["metadata"]["uid"]}
+    ctrl.pods.store.add({"metadata": {"name": "pi-launcher-x", "namespace": "ns", "labels": labels,
+                                      "ownerReferences": [ref]}, "status": {"phase": "Running"}})
+    ctrl._child_updated(before, counted, "jobs")
+    assert len(ctrl.queue) == 0
+
+
+def test_the_event_of_our_patch_before_its_answer_enqueues_nothing(setup):
+    """A child's event that shows exactly the merge patch the last pass sent (it may come before the
+    patch's answer, so before its resourceVersion is expected) reconciles nothing, once; the same
+    child changed otherwise does."""
+    ctrl, api, server = setup
+    ctrl.sync(KEY)
+    cache_what_was_written(ctrl, server)
+    cm = ctrl.config_maps.store.get("ns/pi-config")
+    ctrl.config_maps.store.add({**cm, "data": {**cm["data"], "hostfile": "edited"}})  # drift to repair
+    ctrl.queue.forget(KEY)
+    ctrl.sync(KEY)
+    assert [c[0] for c in api.calls][-1:] == ["PATCH"]
+    drifted = ctrl.config_maps.store.get("ns/pi-config")
+    repaired = copy.deepcopy(cm)
+    repaired["metadata"]["resourceVersion"] = "999"  # not the answer's: the event came first
+    ctrl._child_updated(drifted, repaired, "configmaps")
+    assert len(ctrl.queue) == 0
+    ctrl._child_updated(drifted, repaired, "configmaps")  # once only
+    assert len(ctrl.queue) == 1
+    ctrl.queue.get()
+    ctrl.queue.done(KEY)
+    other = copy.deepcopy(repaired)
+    other["data"]["hostfile"] = "edited again"
+    ctrl._child_updated(repaired, other, "configmaps")
+    assert len(ctrl.queue) == 1
+
+
 def test_a_delete_is_never_taken_for_an_echo(setup):
     """A child deleted (a relist's DeletedFinalStateUnknown carries its last known state, which may
     be the very state our patch returned) always queues its MPIJob."""

@@ -57,6 +57,82 @@ def sts(rv: str, **st) -> dict:
             "spec": {"replicas": 2}, "status": st}
 
 
+def bringing_up(workers=2, **st) -> dict:
+    """Active, not Running: its pods are coming up (reconcilers/pace.py)."""
+    return mpijob(st={"conditions": [{"type": "Created", "status": "True"}], **st},
+                  mpiReplicaSpecs={"Launcher": {"replicas": 1}, "Worker": {"replicas": workers}})
+
+
+def launcher(rv: str, **st) -> dict:
+    return _with(job(rv, **st), ("metadata", "name"), "pi-launcher")
+
+
+@pytest.mark.parametrize("old,new,owner,quiet", [
+    # a bring-up: the worker object's Ready count below the workers wanted cannot make it Running
+    (job("1"), job("2", active=2, ready=0), bringing_up(), True),
+    # the Job controller's first write: its empty uncountedTerminatedPods is no pod to count
+    (job("1"), job("2", active=2, ready=0, startTime="t", terminating=0, uncountedTerminatedPods={}),
+     bringing_up(), True),
+    (launcher("1"), launcher("2", active=1, ready=0, startTime="t", terminating=0,
+                              uncountedTerminatedPods={"succeeded": [], "failed": []}), bringing_up(), True),
+    (job("1", active=2, uncountedTerminatedPods={}), job("2", active=2, uncountedTerminatedPods={"failed": ["u"]}),
+     bringing_up(), False),
+    (job("1", active=2), job("2", active=2, ready=1), bringing_up(), True),
+    (sts("1", replicas=2), sts("2", replicas=2, readyReplicas=1, currentReplicas=2), bringing_up(), True),
+    # ... reaching them can (the pods may not be in the cache yet): news
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), bringing_up(), False),
+    (sts("1", readyReplicas=1), sts("2", readyReplicas=2), bringing_up(), False),
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), bringing_up(workers=3), True),
+    # ... falling, or more than counts moving: news as ever
+    (job("1", active=2, ready=1), job("2", active=2, ready=0), bringing_up(), False),
+    (job("1", active=2), job("2", active=1, failed=1), bringing_up(), False),
+    # ... a count that is not one, or no Worker spec: the workers wanted are unknown
+    (job("1"), job("2", active=2), bringing_up(workers="2"), False),
+    (job("1"), job("2", active=2), bringing_up(workers=True), False),
+    (job("1"), job("2", active=2), mpijob(st={}, mpiReplicaSpecs={"Launcher": {"replicas": 1}}), False),
+    (job("1"), job("2", active=2), mpijob(st={}, mpiReplicaSpecs="x"), False),
+    # the launcher: its pod created (active) is no news, its Ready count moving is
+    (launcher("1"), launcher("2", active=1, startTime="t"), bringing_up(), True),
+    (launcher("1", active=1), launcher("2", active=1, ready=1), bringing_up(), False),
+    # a child of neither name (another MPIJob's, or renamed)
+    (_with(job("1"), ("metadata", "name"), "x-worker"), _with(job("2", active=2), ("metadata", "name"), "x-worker"),
+     bringing_up(), False),
+    # not a bring-up: suspended, or ended
+    (job("1"), job("2", active=2), _with(bringing_up(), ("spec", "runPolicy"), {"suspend": True}), False),
+    (job("1", active=2), job("2", active=0),
+     mpijob(st={"conditions": [{"type": "Succeeded", "status": "True"}]},
+            mpiReplicaSpecs={"Worker": {"replicas": 2}}), False),
+])
+def test_counts_only_in_a_bring_up(old, new, owner, quiet):
+    assert news.counts_only(old, new, owner) is quiet
+
+
+def pod(owner_uid: str, phase: str = "Running", ready: bool = True, name: str = "p") -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "labels": {"training.kubeflow.org/job-name": "pi"},
+                         "ownerReferences": [{"kind": "Job", "name": "x", "uid": owner_uid, "controller": True}]},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+READY_2 = [pod("j1", name="a"), pod("j1", name="b")]
+
+
+@pytest.mark.parametrize("old,new,pods,quiet", [
+    # the worker Job reaching the workers wanted, its pods already cached Ready: the plan has them
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), READY_2, True),
+    (sts("1", readyReplicas=1), sts("2", readyReplicas=2), [pod("s1", name="a"), pod("s1", name="b")], True),
+    # ... fewer of them Ready, Running but not Ready, or a namesake's (another uid): the count is news
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), READY_2[:1], False),
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), [pod("j1", ready=False), READY_2[1]], False),
+    (job("1", active=2, ready=1), job("2", active=2, ready=2), [pod("j0", name="a"), pod("j0", name="b")], False),
+    # the launcher Job's Ready count moving, a pod of it already cached Running: no news
+    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j1")], True),
+    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j1", phase="Pending", ready=False)], False),
+    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j9")], False),
+])
+def test_counts_only_in_a_bring_up_given_the_pods(old, new, pods, quiet):
+    assert news.counts_only(old, new, bringing_up(), pods) is quiet
+
+
 @pytest.mark.parametrize("old,new,owner,quiet", [
     # a Running MPIJob's Job or StatefulSet counting up: no news
     (job("1", active=2), job("2", active=2, ready=2), running(), True),
@@ -75,6 +151,7 @@ def sts(rv: str, **st) -> dict:
     (job("1", active=2), job("2", active=2, completedIndexes="0"), running(), False),
     (job("1"), job("2", conditions=[{"type": "Complete", "status": "True"}]), running(), False),
     (job("1"), job("2", uncountedTerminatedPods={"succeeded": ["x"]}), running(), False),
+    (job("1"), job("2", active=2, uncountedTerminatedPods={}), running(), True),
     (sts("1", readyReplicas=2), sts("2", readyReplicas=2, collisionCount=1), running(), False),
     # the spec or metadata moved with it (our patch, a user's edit, a delete)
     (job("1", active=2), _with(job("2", active=2, ready=2), ("spec", "suspend"), True), running(), False),
@@ -91,3 +168,32 @@ def sts(rv: str, **st) -> dict:
 ])
 def test_counts_only(old, new, owner, quiet):
     assert news.counts_only(old, new, owner) is quiet
+
+
+def cm(rv: str, gen: int = 1, **data) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "pi-config", "namespace": "ns", "uid": "c1", "resourceVersion": rv,
+                         "generation": gen, "labels": {"a": "b"}},
+            "data": {"hostfile": "h", **data}}
+
+
+HOSTS = {"data": {"discover_hosts.sh": "echo w0"}}
+
+
+@pytest.mark.parametrize("old,new,patch,echo", [
+    (cm("1"), cm("2", **{"discover_hosts.sh": "echo w0"}), HOSTS, True),
+    (cm("1"), cm("2", gen=2, **{"discover_hosts.sh": "echo w0"}), HOSTS, True),  # the server's own fields
+    (cm("1", x="y"), cm("2"), {"data": {"x": None}}, True),                      # null removes a key
+    (cm("1"), _with(cm("2"), ("metadata", "labels"), {"a": "b", "c": "d"}),
+     {"metadata": {"labels": {"c": "d"}, "resourceVersion": "1"}}, True),        # an adoption's precondition
+    # something else moved with it, or not what was sent, or nothing sent
+    (cm("1"), cm("2", **{"discover_hosts.sh": "echo w0"}, extra="1"), HOSTS, False),
+    (cm("1"), cm("2", **{"discover_hosts.sh": "echo w1"}), HOSTS, False),
+    (cm("1"), _with(cm("2", **{"discover_hosts.sh": "echo w0"}), ("metadata", "labels"), {}), HOSTS, False),
+    (cm("1"), _with(cm("2", **{"discover_hosts.sh": "echo w0"}), ("metadata", "deletionTimestamp"), "t"), HOSTS,
+     False),
+    (cm("1"), cm("2", **{"discover_hosts.sh": "echo w0"}), None, False),
+    (cm("1"), cm("2"), {}, False),
+])
+def test_patch_echo(old, new, patch, echo):
+    assert news.patch_echo(old, new, patch) is echo
