@@ -1,10 +1,11 @@
 """What the controller remembers of each MPIJob between reconciles, in one place (docs/architecture.md
 section 3.2).
 
-Five things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
-taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status its last pass
-wrote (so that its event can be told for an echo, reconcilers/news.py), and the expectations of its
-writes (controller/expectations.py); plus two metric series named after it. All of them belong to
+Six things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
+taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status and the child
+patches its last pass wrote (so that their events can be told for echoes, reconcilers/news.py),
+and the expectations of its writes (controller/expectations.py); plus two metric series named
+after it. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
 again) must start blank, never inherit a refusal or a held write of its predecessor.
 
