@@ -203,10 +203,9 @@ class MPIJobController:
     def _child_updated(self, old: dict, new: dict, plural: str) -> None:
         owner = names.owner_key(new)
         if owner and self._active and plural in (JOBS.plural, STATEFULSETS.plural) \
-                and news.counts_only(old, new, self.mpijobs.store.get(owner),
-                                     self.pods.store.by_index(POD_INDEX, owner)) \
+                and news.counts_only(old, new, self.mpijobs.store.get(owner)) \
                 and not self.expectations.is_deferred(owner):
-            return  # a Job or StatefulSet counting pods, which the plan would not act on (reconcilers/news.py)
+            return  # a Job or StatefulSet counting pods, which cannot change the plan (reconcilers/news.py)
         if owner and self._active and self._patch_echo(owner, plural, old, new):
             return  # a patch of ours coming back, maybe before its answer (reconcilers/news.py)
         self._enqueue_owner(new, plural)

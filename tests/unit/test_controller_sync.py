@@ -237,25 +237,18 @@ def test_a_running_mpijobs_job_counting_pods_is_no_news(setup):
     assert len(ctrl.queue) == 1
 
 
-def test_a_bring_ups_launcher_count_is_news_until_its_pod_is_cached(setup):
-    """While the MPIJob comes up, the launcher Job's Ready count moving reconciles it, unless a pod of
-    that Job is already cached Running: the plan reads the count only in place of the pods."""
+def test_a_bring_ups_job_counts_reconcile_only_when_they_may_make_it_running(setup):
+    """While the MPIJob comes up, the launcher Job's first count (its pod created) reconciles nothing;
+    its Ready count rising does, at once: Running may follow from it before the pods' batched events."""
     ctrl, _, server = setup
     ctrl.sync(KEY)
     cache_what_was_written(ctrl, server)
     launcher = next(o for o in server.created if o["kind"] == "Job" and o["metadata"]["name"].endswith("-launcher"))
-    before = {**copy.deepcopy(launcher), "status": {"active": 1}}
-    counted = {**copy.deepcopy(launcher), "status": {"active": 1, "ready": 1}}
-    ctrl._child_updated(before, counted, "jobs")
-    assert len(ctrl.queue) == 1
-    ctrl.queue.get()
-    ctrl.queue.done(KEY)
-    labels = launcher["spec"]["template"]["metadata"]["labels"]
-    ref = {"kind": "Job", "name": "pi-launcher", "controller": True, "uid": launcher["metadata"]["uid"]}
-    ctrl.pods.store.add({"metadata": {"name": "pi-launcher-x", "namespace": "ns", "labels": labels,
-                                      "ownerReferences": [ref]}, "status": {"phase": "Running"}})
-    ctrl._child_updated(before, counted, "jobs")
+    created = {**copy.deepcopy(launcher), "status": {"active": 1, "startTime": "t", "uncountedTerminatedPods": {}}}
+    ctrl._child_updated(copy.deepcopy(launcher), created, "jobs")
     assert len(ctrl.queue) == 0
+    ctrl._child_updated(created, {**created, "status": {**created["status"], "ready": 1}}, "jobs")
+    assert len(ctrl.queue) == 1
 
 
 def test_the_event_of_our_patch_before_its_answer_enqueues_nothing(setup):

@@ -107,32 +107,6 @@ def test_counts_only_in_a_bring_up(old, new, owner, quiet):
     assert news.counts_only(old, new, owner) is quiet
 
 
-def pod(owner_uid: str, phase: str = "Running", ready: bool = True, name: str = "p") -> dict:
-    return {"metadata": {"name": name, "namespace": "ns", "labels": {"training.kubeflow.org/job-name": "pi"},
-                         "ownerReferences": [{"kind": "Job", "name": "x", "uid": owner_uid, "controller": True}]},
-            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-
-
-READY_2 = [pod("j1", name="a"), pod("j1", name="b")]
-
-
-@pytest.mark.parametrize("old,new,pods,quiet", [
-    # the worker Job reaching the workers wanted, its pods already cached Ready: the plan has them
-    (job("1", active=2, ready=1), job("2", active=2, ready=2), READY_2, True),
-    (sts("1", readyReplicas=1), sts("2", readyReplicas=2), [pod("s1", name="a"), pod("s1", name="b")], True),
-    # ... fewer of them Ready, Running but not Ready, or a namesake's (another uid): the count is news
-    (job("1", active=2, ready=1), job("2", active=2, ready=2), READY_2[:1], False),
-    (job("1", active=2, ready=1), job("2", active=2, ready=2), [pod("j1", ready=False), READY_2[1]], False),
-    (job("1", active=2, ready=1), job("2", active=2, ready=2), [pod("j0", name="a"), pod("j0", name="b")], False),
-    # the launcher Job's Ready count moving, a pod of it already cached Running: no news
-    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j1")], True),
-    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j1", phase="Pending", ready=False)], False),
-    (launcher("1", active=1), launcher("2", active=1, ready=1), [pod("j9")], False),
-])
-def test_counts_only_in_a_bring_up_given_the_pods(old, new, pods, quiet):
-    assert news.counts_only(old, new, bringing_up(), pods) is quiet
-
-
 @pytest.mark.parametrize("old,new,owner,quiet", [
     # a Running MPIJob's Job or StatefulSet counting up: no news
     (job("1", active=2), job("2", active=2, ready=2), running(), True),
