@@ -68,6 +68,20 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as an RFC 7386 JSON merge patch (null removes a key); the
+    inverse of merge_patch. Shares unchanged subtrees with `target`, which it never modifies."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = apply_merge_patch(out.get(k), v)
+    return out
+
+
 def template_hash_of(obj: Obj | None) -> str | None:
     return _get(obj, "metadata", "annotations", names.TEMPLATE_HASH_ANNOTATION)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import names, pace, status
+from reconcilers import diff, names, pace, status
 from reconcilers.types import Obj
 
 # The status fields each controller keeps counting as pods move, that the plan never reads except
@@ -116,19 +116,6 @@ def counts_only(old: Obj, new: Obj, mpijob: Obj | None) -> bool:
 _SERVER_META = ("resourceVersion", "generation", "managedFields")
 
 
-def _merged(target: Any, patch: Any) -> Any:
-    """`patch` applied to `target` as an RFC 7386 JSON merge patch (null removes a key)."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merged(out.get(k), v)
-    return out
-
-
 def _but_server_meta(obj: Obj) -> dict:
     return {**obj, "metadata": _but(_dict(obj.get("metadata")), *_SERVER_META)}
 
@@ -139,4 +126,4 @@ def patch_echo(old: Obj, new: Obj, patch: Obj | None) -> bool:
     edit) makes it news."""
     if not isinstance(patch, dict) or not patch:
         return False
-    return _but_server_meta(_merged(old, patch)) == _but_server_meta(new)
+    return _but_server_meta(diff.apply_merge_patch(old, patch)) == _but_server_meta(new)
