@@ -1,7 +1,6 @@
 """Which watch events are news for an MPIJob's plan, and which only repeat what its last pass knew
 (docs/architecture.md section 3.1). A pass that finds nothing to do costs the operator about a
-millisecond; of 3.5-4.7 passes per MPIJob in a burst, one or two were such, all from two kinds of
-event:
+millisecond; in a burst, most such passes came from these kinds of event:
 
 - `status_echo`: the MPIJob's own status coming back as the operator wrote it. The pass that wrote
   it planned from everything else the caches show, and anything that changed since has an event of
