@@ -72,6 +72,12 @@ def _pod_owner(pod: dict) -> list[str]:
     return [f"{meta.get('namespace')}/{job}"] if job else []
 
 
+def _obj_key(plural: str, obj: dict) -> tuple[str, str, str]:
+    """(plural, namespace, name): how expectations and the patches sent name a child."""
+    meta = obj.get("metadata") or {}
+    return plural, meta.get("namespace") or "", meta.get("name") or ""
+
+
 def _expected(e: Exception) -> bool:
     """A network or API error that retrying is meant to get past: a warning, not a traceback."""
     return isinstance(e, (ApiError, *CONNECTION_ERRORS))
@@ -202,8 +208,7 @@ class MPIJobController:
 
     def _child_updated(self, old: dict, new: dict, plural: str) -> None:
         owner = names.owner_key(new)
-        if owner and self._active and plural in (JOBS.plural, STATEFULSETS.plural) \
-                and news.counts_only(old, new, self.mpijobs.store.get(owner)) \
+        if owner and self._active and news.counts_only(old, new, self.mpijobs.store.get(owner)) \
                 and not self.expectations.is_deferred(owner):
             return  # a Job or StatefulSet counting pods, which cannot change the plan (reconcilers/news.py)
         if owner and self._active and self._patch_echo(owner, plural, old, new):
@@ -212,8 +217,7 @@ class MPIJobController:
 
     def _patch_echo(self, owner: str, plural: str, old: dict, new: dict) -> bool:
         """`new` is `old` with exactly the patch the owner's last pass sent to it (once per patch)."""
-        meta = new.get("metadata") or {}
-        key = (plural, meta.get("namespace") or "", meta.get("name") or "")
+        key = _obj_key(plural, new)
         ref = names.controller_ref(new) or {}
         with self.memory.lock:
             mem = self.memory.peek(owner)
@@ -235,9 +239,7 @@ class MPIJobController:
         """The event only shows a patch of ours to a child at the very resourceVersion it returned:
         the pass that wrote it planned from everything else the caches show, so reconciling again
         would find nothing to do (reconcilers/news.py)."""
-        meta = obj.get("metadata") or {}
-        return self.expectations.echo(owner, (plural, meta.get("namespace") or "", meta.get("name") or ""),
-                                      meta.get("resourceVersion"))
+        return self.expectations.echo(owner, _obj_key(plural, obj), (obj.get("metadata") or {}).get("resourceVersion"))
 
     def _enqueue_pod_owner(self, pod: dict) -> None:
         if not self._active:
