@@ -61,7 +61,7 @@ from client.errors import ApiError
 from client.resources import JOBS, MPIJOBS, NAMESPACES, PODS, Resource
 from client.rest import RestClient
 from testsupport import builders
-from testsupport.operator_process import OperatorProcess, parse_metrics, sum_by
+from testsupport.operator_process import OperatorProcess, parse_metrics, proc_stats, sum_by
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 BACKENDS = ("job", "statefulset")
@@ -301,6 +301,26 @@ def cluster_writes(client: RestClient) -> dict[str, float]:
     return out
 
 
+def cluster_cpu(pids_dir: Path = CLUSTER_DIR / "pids") -> dict[str, float]:
+    """CPU seconds (user+system) so far of each of the local cluster's processes, by name: etcd, the
+    API server, the controller manager, the scheduler, kwok (and the real node's, idle in these
+    runs). Their CPU per MPIJob is what an operator's MPIJobs cost the cluster: on 2 cores saturated
+    by a burst, MPIJobs Running/s is about the cores the operator leaves over that
+    (docs/architecture.md section 7.1)."""
+    out: dict[str, float] = {}
+    for pid_file in sorted(pids_dir.glob("*.pid")):
+        with contextlib.suppress(OSError, ValueError):
+            out[pid_file.stem] = proc_stats(int(pid_file.read_text().strip()))["cpu_s"]
+    return out
+
+
+def _cluster_ms(after: dict[str, float], before: dict[str, float], n: int) -> dict[str, float]:
+    """Per process, the CPU ms per MPIJob between two cluster_cpu() readings (a process restarted
+    between them is left out rather than counted negative)."""
+    return {k: round(1000 * (after[k] - before[k]) / n, 1) for k in after
+            if k in before and after[k] > before[k]}
+
+
 def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, timeout: float,
             cleanup_wait_s: float, audit: meter.AuditMeter, operator_root: Path = ROOT,
             profile_dir: Path | None = None, steady_s: float = STEADY_SECONDS, go_build: tuple | None = None) -> dict:
@@ -350,7 +370,7 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
             if go_build is None:
                 raise ValueError("a Go case needs go_operator.build()'s binary and module")
             scope.enter_context(go_operator.bound_role(client, go_build[1]))
-            lock_ns = scope.enter_context(_scratch_namespace(client, f"{ns}-lock"))
+            lock_ns = scope.enter_context(_scratch_namespace(client, f"{ns}-lock", cleanup_wait_s))
             op = go_operator.GoOperatorProcess(go_build[0], sa_kubeconfig, ns, lock_ns, log_dir / f"{log_name}.log",
                                                OPERATOR_FLAGS)
         else:
@@ -361,6 +381,7 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
         if profile_dir is not None:
             prof = cpu_profile.Profiler(op.proc.pid, profile_dir / f"{log_name}.raw")
         idle, m0, mark, cw0 = op.stats(), op.metrics(), audit.mark(), cluster_writes(client)
+        cc0 = cluster_cpu()
 
         def submit(i: int) -> None:
             name = f"mj-{i:04d}"
@@ -400,9 +421,9 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
                     + f"\nwatch errors: {[w.errors[-3:] for w in watches]}\noperator log {op.log_path}:\n{op.tail()}")
         with lock:
             t_last_running = max(running_seen.values())
-        busy = op.stats()
+        busy, cc_busy = op.stats(), cluster_cpu()
         result["quiet_after_running_s"] = _wait_quiet(audit, mark, ns)
-        settled, m1 = op.stats(), op.metrics()
+        settled, m1, cc_settled = op.stats(), op.metrics(), cluster_cpu()
         if prof is not None:
             prof.stop()
             result["profile"] = cpu_profile.summarize(prof.out)
@@ -452,6 +473,11 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
             "operator_cpu_ms_per_mpijob": round(1000 * (settled["cpu_s"] - idle["cpu_s"]) / n, 1),
             "operator_cpu_s_to_running": round(busy["cpu_s"] - idle["cpu_s"], 2),
             "operator_cpu_s_total": round(settled["cpu_s"], 2),
+            # the cluster's processes over the same spans (the benchmark's own watches and creates are
+            # in the API server's share, the same for either operator)
+            "cluster_cpu_ms_per_mpijob": round(sum(_cluster_ms(cc_settled, cc0, n).values()), 1),
+            "cluster_cpu_ms_per_mpijob_to_running": round(sum(_cluster_ms(cc_busy, cc0, n).values()), 1),
+            "cluster_cpu_ms_per_mpijob_to_running_by_process": _cluster_ms(cc_busy, cc0, n),
             "operator_rss_ready_mib": idle["rss_mib"],
             "operator_rss_idle_after_sync_mib": settled["rss_mib"],
             "operator_peak_rss_mib": settled["hwm_mib"],
@@ -470,14 +496,15 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
 
 
 @contextlib.contextmanager
-def _scratch_namespace(client: RestClient, ns: str):
-    """A namespace for the block (the Go operator's leader election Lease), deleted after."""
+def _scratch_namespace(client: RestClient, ns: str, wait_s: float):
+    """A namespace for the block (the Go operator's leader election Lease), deleted after and waited
+    for as a run's own is (cleanup_namespace): its deletion is the namespace controller's sweep of
+    every resource type, which would otherwise fall on the next run's cluster CPU."""
     client.request("POST", NAMESPACES.path(), body={"metadata": {"name": ns}})
     try:
         yield ns
     finally:
-        with contextlib.suppress(ApiError):
-            client.request("DELETE", NAMESPACES.path(None, ns))
+        cleanup_namespace(client, ns, wait_s)
 
 
 def cases_of(spec: str) -> list[Case]:
@@ -564,6 +591,8 @@ ROWS = [
     ("operator CPU seconds (ready -> quiet)", "operator_cpu_s"),
     ("  of which ready -> last Running", "operator_cpu_s_to_running"),
     ("  process total, start included", "operator_cpu_s_total"),
+    ("cluster CPU ms per MPIJob (ready -> quiet)", "cluster_cpu_ms_per_mpijob"),
+    ("  of which ready -> last Running", "cluster_cpu_ms_per_mpijob_to_running"),
     ("operator RSS when ready (MiB)", "operator_rss_ready_mib"),
     ("operator peak RSS, VmHWM (MiB)", "operator_peak_rss_mib"),
     ("operator RSS idle after sync (MiB)", "operator_rss_idle_after_sync_mib"),
@@ -575,6 +604,7 @@ BREAKDOWNS = {
     "api_requests_per_mpijob": "api_requests_per_mpijob_by_method",
     "api_writes_per_mpijob": "api_writes_per_mpijob_by_verb",
     "steady_writes_total": "steady_writes",
+    "cluster_cpu_ms_per_mpijob_to_running": "cluster_cpu_ms_per_mpijob_to_running_by_process",
 }
 
 

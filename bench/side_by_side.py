@@ -48,6 +48,7 @@ FIGURES = (
     # what the cluster spends on an MPIJob (the controllers, scheduler and kwok as well as the operator):
     # on 2 cores, what bounds MPIJobs per second (docs/architecture.md section 7.1)
     ("writes per MPIJob, every client", "cluster_writes_per_mpijob", False),
+    ("cluster CPU ms per MPIJob, to Running", "cluster_cpu_ms_per_mpijob_to_running", False),
 )
 # The side-by-side runs skip the steady-state wait (bench_operator's 20 s of nothing, counted by the
 # whole matrix): it is no figure here and would add a minute per case.

@@ -1,5 +1,6 @@
 """The benchmark's meters: the audit-log count of the operator's requests (bench/apiserver_meter.py) and
-the py-spy summary (bench/cpu_profile.py), on files shaped as the API server and py-spy write them."""
+the py-spy summary (bench/cpu_profile.py), on files shaped as the API server and py-spy write them;
+the CPU of the cluster's processes (bench/bench_operator.py), from their pid files."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from bench import apiserver_meter as meter
 from bench import cpu_profile
+from bench.bench_operator import _cluster_ms, cluster_cpu
 
 OP = meter.OPERATOR_USER
 
@@ -112,3 +114,24 @@ def test_summarize_self_and_inclusive_shares(tmp_path: Path) -> None:
     assert dict(s["inclusive"]) == {"informers.reflector": 0.5, "controller.mpijob_controller": 0.5,
                                     "reconcilers.plan": 0.3}
     assert "50.0 %  json decode" in cpu_profile.render(s, "t")
+
+
+def test_cluster_cpu_reads_each_pid_file_and_skips_what_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "kube-apiserver.pid").write_text(f"{os.getpid()}\n")
+    (tmp_path / "etcd.pid").write_text("999999999\n")  # no such process: a stopped cluster part
+    (tmp_path / "kwok.pid").write_text("not a pid\n")
+    sum(i * i for i in range(200_000))  # some CPU of this process to read
+    got = cluster_cpu(tmp_path)
+    assert list(got) == ["kube-apiserver"]
+    assert got["kube-apiserver"] > 0
+
+
+@pytest.mark.parametrize(("after", "before", "n", "want"), [
+    ({"etcd": 2.0, "kwok": 1.5}, {"etcd": 1.0, "kwok": 1.0}, 100, {"etcd": 10.0, "kwok": 5.0}),
+    # restarted between the readings (its counter began again): left out, not counted negative
+    ({"etcd": 0.2, "kwok": 1.5}, {"etcd": 1.0, "kwok": 1.0}, 10, {"kwok": 50.0}),
+    # idle, or started after the first reading: nothing to count
+    ({"etcd": 1.0, "kubelet": 3.0}, {"etcd": 1.0}, 10, {}),
+])
+def test_cluster_ms_per_mpijob(after: dict, before: dict, n: int, want: dict) -> None:
+    assert _cluster_ms(after, before, n) == want
