@@ -48,7 +48,11 @@ FIGURES = (
     # what the cluster spends on an MPIJob (the controllers, scheduler and kwok as well as the operator):
     # on 2 cores, what bounds MPIJobs per second (docs/architecture.md section 7.1)
     ("writes per MPIJob, every client", "cluster_writes_per_mpijob", False),
+    # the CPU of the cluster's own processes per MPIJob: to the last Running (both cores busy, so it
+    # follows the run's length), and to quiet, every write of the burst done (its idle CPU while the
+    # operator's writes settle counted too: a second or two more for the Go operator)
     ("cluster CPU ms per MPIJob, to Running", "cluster_cpu_ms_per_mpijob_to_running", False),
+    ("cluster CPU ms per MPIJob, to quiet", "cluster_cpu_ms_per_mpijob", False),
 )
 # The side-by-side runs skip the steady-state wait (bench_operator's 20 s of nothing, counted by the
 # whole matrix): it is no figure here and would add a minute per case.
@@ -119,12 +123,15 @@ def summarize(results: list[dict]) -> list[dict]:
 
 
 def merged(spec: str) -> list[dict]:
-    """The runs of 'FILE[:backend+backend],...': each file's runs, of the backends named if any."""
+    """The runs of 'FILE[:backend+backend],...': each file's runs, of the backends named if any. A
+    file is this module's JSON or `make bench`'s (bench/results/*.json), whose side_by_side it holds."""
     out = []
     for item in filter(None, spec.split(",")):
         path, _, backends = item.partition(":")
         keep = set(backends.split("+")) if backends else None
-        out += [r for r in json.loads(Path(path).read_text())["results"] if keep is None or r["backend"] in keep]
+        data = json.loads(Path(path).read_text())
+        runs = data.get("side_by_side", data)["results"]
+        out += [r for r in runs if keep is None or r["backend"] in keep]
     return out
 
 

@@ -158,3 +158,10 @@ def test_merged_takes_each_files_runs_of_the_backends_named(tmp_path):
     got = side_by_side.merged(f"{a}:job+statefulset,{b}:go")
     assert [(r["backend"], r["running_per_s"]) for r in got] == [("job", 1), (GO, 4)]
     assert len(side_by_side.merged(str(a))) == 2
+
+
+def test_merged_reads_the_side_by_side_of_a_make_bench_file(tmp_path):
+    f = tmp_path / "latest.json"
+    f.write_text(json.dumps({"plan": {}, "side_by_side": {"results": [run("job", 2, 100, 1, 1, 10),
+                                                                      run(GO, 2, 100, 2, 1, 12)]}}))
+    assert [r["backend"] for r in side_by_side.merged(f"{f}:go")] == [GO]
