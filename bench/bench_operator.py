@@ -304,9 +304,9 @@ def cluster_writes(client: RestClient) -> dict[str, float]:
 def cluster_cpu(pids_dir: Path = CLUSTER_DIR / "pids") -> dict[str, float]:
     """CPU seconds (user+system) so far of each of the local cluster's processes, by name: etcd, the
     API server, the controller manager, the scheduler, kwok (and the real node's, idle in these
-    runs). Their CPU per MPIJob is what an operator's MPIJobs cost the cluster: on 2 cores saturated
-    by a burst, MPIJobs Running/s is about the cores the operator leaves over that
-    (docs/architecture.md section 7.1)."""
+    runs); empty for a cluster that is not the local one. Their CPU per MPIJob is what an operator's
+    MPIJobs cost the cluster: on 2 cores saturated by a burst, MPIJobs Running/s is about the cores
+    the operator leaves, divided by that (docs/architecture.md section 7.1)."""
     out: dict[str, float] = {}
     for pid_file in sorted(pids_dir.glob("*.pid")):
         with contextlib.suppress(OSError, ValueError):
@@ -319,6 +319,12 @@ def _cluster_ms(after: dict[str, float], before: dict[str, float], n: int) -> di
     between them is left out rather than counted negative)."""
     return {k: round(1000 * (after[k] - before[k]) / n, 1) for k in after
             if k in before and after[k] > before[k]}
+
+
+def _cluster_total_ms(after: dict[str, float], before: dict[str, float], n: int) -> float | None:
+    """The cluster's CPU ms per MPIJob between two readings; None when none could be read (a cluster
+    that is not the local one), not 0."""
+    return round(sum(_cluster_ms(after, before, n).values()), 1) if before else None
 
 
 def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, timeout: float,
@@ -475,8 +481,8 @@ def run_one(client: RestClient, sa_kubeconfig: str, case: Case, log_dir: Path, t
             "operator_cpu_s_total": round(settled["cpu_s"], 2),
             # the cluster's processes over the same spans (the benchmark's own watches and creates are
             # in the API server's share, the same for either operator)
-            "cluster_cpu_ms_per_mpijob": round(sum(_cluster_ms(cc_settled, cc0, n).values()), 1),
-            "cluster_cpu_ms_per_mpijob_to_running": round(sum(_cluster_ms(cc_busy, cc0, n).values()), 1),
+            "cluster_cpu_ms_per_mpijob": _cluster_total_ms(cc_settled, cc0, n),
+            "cluster_cpu_ms_per_mpijob_to_running": _cluster_total_ms(cc_busy, cc0, n),
             "cluster_cpu_ms_per_mpijob_to_running_by_process": _cluster_ms(cc_busy, cc0, n),
             "operator_rss_ready_mib": idle["rss_mib"],
             "operator_rss_idle_after_sync_mib": settled["rss_mib"],

@@ -12,7 +12,7 @@ import pytest
 
 from bench import apiserver_meter as meter
 from bench import cpu_profile
-from bench.bench_operator import _cluster_ms, cluster_cpu
+from bench.bench_operator import _cluster_ms, _cluster_total_ms, cluster_cpu
 
 OP = meter.OPERATOR_USER
 
@@ -120,10 +120,10 @@ def test_cluster_cpu_reads_each_pid_file_and_skips_what_is_gone(tmp_path: Path) 
     (tmp_path / "kube-apiserver.pid").write_text(f"{os.getpid()}\n")
     (tmp_path / "etcd.pid").write_text("999999999\n")  # no such process: a stopped cluster part
     (tmp_path / "kwok.pid").write_text("not a pid\n")
-    sum(i * i for i in range(200_000))  # some CPU of this process to read
     got = cluster_cpu(tmp_path)
     assert list(got) == ["kube-apiserver"]
-    assert got["kube-apiserver"] > 0
+    assert got["kube-apiserver"] > 0  # this test process's CPU so far
+    assert cluster_cpu(tmp_path / "absent") == {}  # not the local cluster
 
 
 @pytest.mark.parametrize(("after", "before", "n", "want"), [
@@ -135,3 +135,8 @@ def test_cluster_cpu_reads_each_pid_file_and_skips_what_is_gone(tmp_path: Path) 
 ])
 def test_cluster_ms_per_mpijob(after: dict, before: dict, n: int, want: dict) -> None:
     assert _cluster_ms(after, before, n) == want
+    assert _cluster_total_ms(after, before, n) == round(sum(want.values()), 1)
+
+
+def test_no_cluster_cpu_read_is_no_figure_not_zero() -> None:
+    assert _cluster_total_ms({}, {}, 100) is None
