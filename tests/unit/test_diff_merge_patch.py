@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from reconcilers import diff
 from reconcilers.diff import merge_patch
-from tests.unit.sim import merge_patch as apply_merge_patch
+from tests.unit.sim import merge_patch as sim_merge_patch
 
 
 @pytest.mark.parametrize("old,new,patch", [
@@ -27,7 +27,7 @@ from tests.unit.sim import merge_patch as apply_merge_patch
 ])
 def test_merge_patch_table(old, new, patch):
     assert merge_patch(old, new) == patch
-    assert apply_merge_patch(old, patch) == new
+    assert sim_merge_patch(old, patch) == new
 
 
 # Values without nulls: RFC 7386 cannot express a null value, and statuses have none.
@@ -39,14 +39,14 @@ docs = st.dictionaries(st.text(max_size=2), values, max_size=4)
 
 @given(docs, docs)
 def test_applying_the_patch_gives_the_new_document(old, new):
-    assert apply_merge_patch(old, merge_patch(old, new)) == new
+    assert sim_merge_patch(old, merge_patch(old, new)) == new
 
 
 @given(docs, docs)
 def test_apply_merge_patch_as_the_simulator_applies_it_leaving_the_target_alone(old, new):
     patch = merge_patch(old, new)
     before = copy.deepcopy(old)
-    assert diff.apply_merge_patch(old, patch) == apply_merge_patch(old, patch) == new
+    assert diff.apply_merge_patch(old, patch) == sim_merge_patch(old, patch) == new
     assert old == before
 
 
@@ -59,4 +59,4 @@ patch_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(
 @given(docs, st.dictionaries(st.text(max_size=2), patch_values, max_size=4))
 def test_apply_merge_patch_of_any_patch(target, patch):
     """Any patch, nulls included (a null removes its key; a nested one a nested key)."""
-    assert diff.apply_merge_patch(target, patch) == apply_merge_patch(target, patch)
+    assert diff.apply_merge_patch(target, patch) == sim_merge_patch(target, patch)
