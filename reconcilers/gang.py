@@ -4,7 +4,9 @@ of Kubernetes' own Workload API.
 
 - `sync_pod_group`: the MPIJob's gang objects, created before its workers while it runs and
   repaired; says whether the MPIJob's pods may be created now.
-- `drop_pod_group`: deleted when the MPIJob is suspended (a resume creates them afresh) or finishes.
+- `drop_pod_group`: deleted when the MPIJob is suspended (a resume creates them afresh) or finishes;
+  a scheduler-plugins or Volcano PodGroup once no pod of the gang holds a node, the scheduler-plugins
+  one marked released first (`_release`).
 - `gang_wait`: WaitingForGang=True (the State column) while the gang waits for room for every pod
   (or, with the Workload API, while the cluster does not serve it), and an Event when the whole gang
   is placed.
@@ -13,10 +15,10 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-from reconcilers import children, desired, ownership, podgroup, status, workload_gang
+from reconcilers import children, desired, diff, ownership, podgroup, status, workload_gang
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.types import Create, Obj
+from reconcilers.types import Create, Obj, Patch
 
 
 def sync_pod_group(ctx: JobContext, draft: Draft) -> bool:
@@ -69,11 +71,39 @@ def drop_pod_group(ctx: JobContext, draft: Draft, reason: str) -> None:
     status.remove_condition(draft.status, podgroup.WAITING_CONDITION)
     if workload_gang.enabled(ctx.config):
         objs = (ctx.observed.pod_group, ctx.observed.workload)
+    elif podgroup.enabled(ctx.config):
+        if any(_on_node(p) for p in ctx.pods.launchers + ctx.pods.workers):
+            return  # each of these pods' end is an event of this MPIJob's, planned again then
+        objs = (ctx.observed.pod_group,)
     else:
-        objs = (ctx.observed.pod_group,) if podgroup.enabled(ctx.config) else ()
+        objs = ()
     for have in objs:
         if ctx.owned(have) and not ownership.deleting(have):
+            _release(draft, have, reason)
             draft.delete(have, reason)
+
+
+def _release(draft: Draft, have: Obj, reason: str) -> None:
+    """A scheduler-plugins PodGroup is marked released before it is deleted, once the gang's pods
+    are off their nodes.
+
+    Why: Coscheduling puts the pods of a gang it turned away back in line on pod adds and PodGroup
+    adds and updates only, not on pod or PodGroup deletions. This update is what tells a gang that
+    waits for this one's room to try again; without it that gang waits for the scheduler's periodic
+    retry (docs/development.md, "Gang scheduling, proven": 19-32 s, once more than 120 s)."""
+    if have.get("apiVersion") != podgroup.SCHEDULER_PLUGINS_API:
+        return
+    if ((have.get("metadata") or {}).get("annotations") or {}).get(podgroup.RELEASED_ANNOTATION):
+        return
+    mark = {"metadata": {"annotations": {podgroup.RELEASED_ANNOTATION: status.fmt_time(draft.now)}}}
+    draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"{reason}: its pods are off their nodes"))
+
+
+def _on_node(pod: Obj) -> bool:
+    """Bound to a node and holding it: not ended (a deleted pod holds it until it ends or is gone).
+    The scheduler drops an ended pod from its cache as if it were deleted."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and \
+        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def gang_wait(ctx: JobContext, draft: Draft, running: bool) -> None:

@@ -21,8 +21,9 @@ Unlike upstream, minResources does not weigh PriorityClass values (that would ne
 PriorityClasses): when minMember is below launcher + workers it is the workers that are cut.
 
 Lifecycle: created before the workers while the MPIJob runs; deleted when it is suspended (a resume
-creates it afresh) and when it finishes, as upstream does; the garbage collector removes it with the
-MPIJob. Nothing here does I/O.
+creates it afresh) and when it finishes, as upstream does, but only once no pod of the gang holds a
+node, and a scheduler-plugins PodGroup marked released (RELEASED_ANNOTATION) in the same plan, just
+before (reconcilers/gang.py); the garbage collector removes it with the MPIJob. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ KIND = "PodGroup"
 SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+# Set on a scheduler-plugins PodGroup (the time) just before it is deleted, its gang's pods off
+# their nodes: the update that wakes the gangs waiting for their room (reconcilers/gang.py).
+RELEASED_ANNOTATION = "mpijob-operator.dev/released"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 

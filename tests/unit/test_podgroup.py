@@ -11,7 +11,7 @@ import pytest
 from reconcilers import podgroup as pg
 from reconcilers import status as st
 from reconcilers.types import Config
-from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, run, running_state
+from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, pod, run, running_state
 
 SCHED = "scheduler-plugins-scheduler"
 GANGS = (SCHED, pg.VOLCANO)
@@ -231,3 +231,66 @@ def test_running_clears_the_wait(backend):
                                         "message": "m"})
     p = run(job, obs, backend, gang_scheduler=SCHED)
     assert p.status is not None and st.get_condition(p.status, pg.WAITING_CONDITION) is None
+
+
+def _on_node(p: dict, node: str | None = "node-1", deleting: bool = False) -> dict:
+    p = {**p, "spec": {**p["spec"], **({"nodeName": node} if node else {})}, "metadata": dict(p["metadata"])}
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2025-01-01T12:05:00Z"
+    return p
+
+
+# The gang's pods as the MPIJob ends (launcher Succeeded), and whether the PodGroup may go now: only
+# once no pod of the gang holds a node (an ended pod does not; a deleted one does until it ends).
+@pytest.mark.parametrize("workers,released", [
+    ([("Running", "node-1", False)] * 2, False),  # cleanPodPolicy still to stop them
+    ([("Running", "node-1", True), ("Succeeded", "node-1", True)], False),  # one still stopping
+    ([("Succeeded", "node-1", True), ("Failed", "node-2", False)], True),  # ended: off their nodes
+    ([("Pending", None, True), ("Pending", None, False)], True),  # never placed: held nothing
+    ([], True),  # gone
+])
+@pytest.mark.parametrize("gang,marked", [(SCHED, True), (pg.VOLCANO, False)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_released_at_the_end_once_no_pod_holds_a_node(backend, gang, marked, workers, released):
+    job, obs, _ = converge(mpijob(), backend=backend, gang_scheduler=gang)
+    uid = obs.pod_group["metadata"]["uid"]
+    pods = [_on_node(pod(job, "launcher", phase="Succeeded"))]
+    pods += [_on_node(pod(job, "worker", i, phase, backend), node, deleting)
+             for i, (phase, node, deleting) in enumerate(workers)]
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete"), pods=pods)
+    p = run(job, obs, backend, gang_scheduler=gang)
+    assert st.is_true(p.status, st.SUCCEEDED)
+    assert pg.WAITING_CONDITION not in {c["type"] for c in p.status.get("conditions", [])}
+    deletes = [(d.ref.kind, d.uid) for d in p.deletes if d.ref.kind == "PodGroup"]
+    patches = [x for x in p.patches if x.ref.kind == "PodGroup"]
+    if not released:
+        assert deletes == [] and patches == []
+        return
+    assert deletes == [("PodGroup", uid)]
+    if not marked:  # Volcano's scheduler retries by itself: no mark
+        assert patches == []
+        return
+    # The mark (the update that wakes the gangs waiting for room) goes out before the delete, in the
+    # same plan (the executor sends patches before deletes).
+    ((mark,),) = [patches]
+    assert mark.patch == {"metadata": {"annotations": {pg.RELEASED_ANNOTATION: "2025-01-01T12:00:00Z"}}}
+    # Marked already (the delete failed last time): deleted, not marked again.
+    obs.pod_group["metadata"]["annotations"] = {pg.RELEASED_ANNOTATION: "2025-01-01T11:59:00Z"}
+    again = run(job, obs, backend, gang_scheduler=gang)
+    assert [x for x in again.patches if x.ref.kind == "PodGroup"] == []
+    assert [(d.ref.kind, d.uid) for d in again.deletes if d.ref.kind == "PodGroup"] == [("PodGroup", uid)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_released_on_suspend_once_the_pods_are_off_their_nodes(backend):
+    job, obs = running_state(mpijob(), backend)
+    job, obs, _ = converge(job, obs, backend, gang_scheduler=SCHED)
+    obs = replace(obs, pods=[_on_node(p) for p in obs.pods])
+    job["spec"]["runPolicy"]["suspend"] = True
+    p = run(job, obs, backend, gang_scheduler=SCHED)
+    assert st.is_true(p.status, st.SUSPENDED)
+    assert not [x for x in p.deletes + p.patches if x.ref.kind == "PodGroup"]
+    obs = replace(obs, pods=[_on_node(x, deleting=True) | {"status": {"phase": "Succeeded"}} for x in obs.pods])
+    p = run(job, obs, backend, gang_scheduler=SCHED)
+    assert [x.ref.kind for x in p.patches if x.ref.kind == "PodGroup"] == ["PodGroup"]
+    assert [d.ref.kind for d in p.deletes if d.ref.kind == "PodGroup"] == ["PodGroup"]
