@@ -93,8 +93,8 @@ def _release(draft: Draft, have: Obj, reason: str) -> None:
     retry (docs/development.md, "Gang scheduling, proven": 19-32 s, once more than 120 s)."""
     if have.get("apiVersion") != podgroup.SCHEDULER_PLUGINS_API:
         return
-    if ((have.get("metadata") or {}).get("annotations") or {}).get(podgroup.RELEASED_ANNOTATION):
-        return
+    # Marked each time it is deleted, even if marked before: a mark left by a delete that failed, on
+    # a group a resume then kept, must not make the next release silent.
     mark = {"metadata": {"annotations": {podgroup.RELEASED_ANNOTATION: status.fmt_time(draft.now)}}}
     draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"{reason}: its pods are off their nodes"))
 

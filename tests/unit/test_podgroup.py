@@ -274,10 +274,11 @@ def test_released_at_the_end_once_no_pod_holds_a_node(backend, gang, marked, wor
     # same plan (the executor sends patches before deletes).
     ((mark,),) = [patches]
     assert mark.patch == {"metadata": {"annotations": {pg.RELEASED_ANNOTATION: "2025-01-01T12:00:00Z"}}}
-    # Marked already (the delete failed last time): deleted, not marked again.
+    # Marked before (a delete that failed, or a release before a resume): marked again, the update
+    # that wakes the waiting gangs this time.
     obs.pod_group["metadata"]["annotations"] = {pg.RELEASED_ANNOTATION: "2025-01-01T11:59:00Z"}
     again = run(job, obs, backend, gang_scheduler=gang)
-    assert [x for x in again.patches if x.ref.kind == "PodGroup"] == []
+    assert [x.patch for x in again.patches if x.ref.kind == "PodGroup"] == [mark.patch]
     assert [(d.ref.kind, d.uid) for d in again.deletes if d.ref.kind == "PodGroup"] == [("PodGroup", uid)]
 
 
