@@ -193,3 +193,49 @@ def test_submitted_together_with_gang_scheduling_one_runs_whole_then_the_other(
     wait_condition(kubectl, namespace, other, "Succeeded", timeout=120)
     scheduler.check_alive()
 
+
+
+# -- a suspend (as Kueue preempts) frees the pool for the gang that waits ----------------------------
+
+
+def test_a_suspended_gang_makes_room_for_the_waiting_one_and_resumes_afresh(
+        kubectl, scheduler, pool, namespace, backend, start_operator):
+    _, placement = pool
+    grant_gang_rbac(kubectl, "scheduler-plugins", namespace)
+    start_operator(backend, namespace, f"--gang-scheduling={SCHEDULER_NAME}")
+    members, kind = WORKERS + 1, "podgroups.scheduling.x-k8s.io"
+    apply(kubectl, namespace, gang_job("a", placement, "300s"))
+    wait_until(lambda: bound(kubectl, namespace, "a") == (members, 0), 90, 0.3, what="all of A's pods bound")
+    first_group = get(kubectl, namespace, kind, "a")
+    apply(kubectl, namespace, gang_job("b", placement, "8s"))
+    wait_until(lambda: conditions(kubectl, namespace, "b").get(pg.WAITING_CONDITION, {}).get("status") == "True",
+               60, 0.2, what="B waiting for its gang")
+
+    # A is suspended: its pods stop, B is bound at once (not at the scheduler's periodic retry), and
+    # A's PodGroup is released (marked, deleted) once A's pods are off their nodes.
+    kubectl("-n", namespace, "patch", MPIJOBS, "a", "--type=merge", "-p",
+            json.dumps({"spec": {"runPolicy": {"suspend": True}}}))
+    t0 = time.monotonic()
+    b_bound: set[str] = set()
+    wait_until(lambda: ever_bound(kubectl, namespace, "b", b_bound) >= members, 120, 0.2,
+               what="all of B's pods bound after A's suspend")
+    suspend_to_b_bound = time.monotonic() - t0
+    print(f"\nFIGURE gang=coscheduling backend={backend} a_suspend_to_b_all_bound_s={suspend_to_b_bound:.2f}")
+    assert suspend_to_b_bound < 10, suspend_to_b_bound
+    wait_until(lambda: get(kubectl, namespace, kind, "a") is None, 30, what="A's PodGroup released")
+
+    # Resumed while B holds the pool: A's PodGroup is made afresh, A waits whole, then runs whole.
+    kubectl("-n", namespace, "patch", MPIJOBS, "a", "--type=merge", "-p",
+            json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
+    again = wait_until(lambda: get(kubectl, namespace, kind, "a"), 60, what="A's PodGroup made again")
+    assert again["metadata"]["uid"] != first_group["metadata"]["uid"]
+    deadline = time.monotonic() + 120
+    while not succeeded(kubectl, namespace, "b"):
+        counts = bound_all(kubectl, namespace)  # both at one instant (gang.bound_all)
+        if counts.get("b", (0, 0))[0]:
+            assert counts.get("a", (0, 0))[0] == 0, f"A got a pod bound while B ran: {counts}"
+        assert time.monotonic() < deadline, "B did not succeed in 120 s"
+        time.sleep(0.2)
+    wait_until(lambda: bound(kubectl, namespace, "a") == (members, 0), 120, 0.3,
+               what="all of A's pods bound after B ended")
+    scheduler.check_alive()

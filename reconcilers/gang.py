@@ -31,11 +31,39 @@ def sync_pod_group(ctx: JobContext, draft: Draft) -> bool:
     have = ctx.observed.pod_group
     if have is None:
         draft.plan.creates.append(Create(want))
-    elif ctx.owned(have):
+    elif not ctx.owned(have):
+        pass  # a clash, reported by the plan
+    elif ownership.deleting(have):
+        return _wait_until_gone(ctx, draft)
+    elif status.is_true(draft.old_status, status.SUSPENDED) and not _any_alive(ctx):
+        # Resumed before the run that a suspend stopped released its group (its pods still held
+        # nodes): that group is made afresh, as its scheduler's controller may have written a final
+        # phase (Finished, Failed) it never changes again. (Once pods of this run exist, the group
+        # is theirs: a status write of the resume that failed must not take it away.)
+        reason = "the MPIJob is resumed: its PodGroup is made afresh"
+        _release(draft, have, reason)
+        draft.delete(have, reason)
+        return _wait_until_gone(ctx, draft)
+    else:
         patch = podgroup.diff_pod_group(want, have)
         if patch:
             draft.plan.patches.append(patch)
     return True
+
+
+def _wait_until_gone(ctx: JobContext, draft: Draft) -> bool:
+    """While the group of the run before a suspend is being deleted, pods made now would join it:
+    False (wait; its delete event plans again) unless this run's pods already exist (someone deleted
+    the group mid-run), which go on as they are."""
+    if _any_alive(ctx):
+        return True
+    draft.requeue(children.STALE_RECHECK_SECONDS)
+    return False
+
+
+def _any_alive(ctx: JobContext) -> bool:
+    """A pod of this run: not ended, not being deleted (those of a run a suspend stopped are)."""
+    return any(_alive(p) for p in ctx.pods.launchers + ctx.pods.workers)
 
 
 def _sync_workload_gang(ctx: JobContext, draft: Draft) -> bool:
@@ -51,11 +79,8 @@ def _sync_workload_gang(ctx: JobContext, draft: Draft) -> bool:
             continue  # a clash, reported by the plan
         elif ownership.deleting(have):
             # The group of the run before a suspend, kept by the API server while pods of that run
-            # still stop: pods made now would join it and keep it alive. Wait, unless this run's pods
-            # already exist (someone deleted the group mid-run): they keep running as they are.
-            if not any(_alive(p) for p in ctx.pods.launchers + ctx.pods.workers):
-                may_start = False
-                draft.requeue(children.STALE_RECHECK_SECONDS)
+            # still stop (its PodGroupProtection finalizer): see _wait_until_gone.
+            may_start = _wait_until_gone(ctx, draft) and may_start
         else:
             patch = workload_gang.diff(want, have)
             if patch:
@@ -79,7 +104,7 @@ def drop_pod_group(ctx: JobContext, draft: Draft, reason: str) -> None:
         objs = ()
     for have in objs:
         if ctx.owned(have) and not ownership.deleting(have):
-            _release(draft, have, reason)
+            _release(draft, have, f"{reason}, and its pods are off their nodes")
             draft.delete(have, reason)
 
 
@@ -96,7 +121,7 @@ def _release(draft: Draft, have: Obj, reason: str) -> None:
     # Marked each time it is deleted, even if marked before: a mark left by a delete that failed, on
     # a group a resume then kept, must not make the next release silent.
     mark = {"metadata": {"annotations": {podgroup.RELEASED_ANNOTATION: status.fmt_time(draft.now)}}}
-    draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"{reason}: its pods are off their nodes"))
+    draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"mark released: {reason}"))
 
 
 def _on_node(pod: Obj) -> bool:

@@ -295,3 +295,44 @@ def test_released_on_suspend_once_the_pods_are_off_their_nodes(backend):
     p = run(job, obs, backend, gang_scheduler=SCHED)
     assert [x.ref.kind for x in p.patches if x.ref.kind == "PodGroup"] == ["PodGroup"]
     assert [d.ref.kind for d in p.deletes if d.ref.kind == "PodGroup"] == ["PodGroup"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_resume_before_the_release_makes_the_group_afresh(backend):
+    job, obs = running_state(mpijob(), backend)
+    job, obs, _ = converge(job, obs, backend, gang_scheduler=SCHED)
+    old_uid = obs.pod_group["metadata"]["uid"]
+    obs = replace(obs, pods=[_on_node(p) for p in obs.pods])
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs = apply_plan(job, obs, run(job, obs, backend, gang_scheduler=SCHED))
+    assert obs.pod_group is not None  # kept: the pods still hold their nodes
+    # Resumed while the stopped run's pods are still being deleted (on their nodes).
+    obs = replace(obs, pods=[_on_node(p, deleting=True) for p in obs.pods],
+                  pod_group={**obs.pod_group, "status": {"phase": "Finished", "succeeded": 3}})
+    job["spec"]["runPolicy"]["suspend"] = False
+    p = run(job, obs, backend, gang_scheduler=SCHED)
+    assert [list(x.patch["metadata"]["annotations"]) for x in p.patches if x.ref.kind == "PodGroup"] == \
+        [[pg.RELEASED_ANNOTATION]]
+    assert [(d.ref.kind, d.uid) for d in p.deletes] == [("PodGroup", old_uid)]
+    # no pod until the group is new: the workers and the launcher are left as the suspend left them
+    assert not p.creates and p.requeue_after == 1.0
+    assert {x.ref.kind for x in p.patches} <= {"PodGroup", "ConfigMap"}
+    assert st.get_condition(p.status, st.SUSPENDED)["status"] == "False"
+    job["status"] = p.status
+    # Being deleted: still no pod; gone: made afresh, then the workers.
+    deleting = {**obs.pod_group, "metadata": {**obs.pod_group["metadata"], "deletionTimestamp": "x"}}
+    p = run(job, replace(obs, pod_group=deleting), backend, gang_scheduler=SCHED)
+    assert not p.creates and not p.deletes and {x.ref.kind for x in p.patches} <= {"ConfigMap"}
+    p = run(job, replace(obs, pod_group=None), backend, gang_scheduler=SCHED)
+    assert [c.obj["kind"] for c in p.creates] == ["PodGroup"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_resumed_run_with_pods_keeps_its_group(backend):
+    # The resume's status write failed after its pods were made: their group is not taken away.
+    job, obs = running_state(mpijob(), backend)
+    job, obs, _ = converge(job, obs, backend, gang_scheduler=SCHED)
+    job["status"]["conditions"].append({"type": st.SUSPENDED, "status": "True", "reason": "Suspended",
+                                        "message": "", "lastTransitionTime": "2025-01-01T11:00:00Z"})
+    p = run(job, obs, backend, gang_scheduler=SCHED)
+    assert not [x for x in p.patches + p.deletes if x.ref.kind == "PodGroup"]
