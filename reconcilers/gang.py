@@ -40,10 +40,9 @@ def sync_pod_group(ctx: JobContext, draft: Draft) -> bool:
         # nodes): that group is made afresh, as its scheduler's controller may have written a final
         # phase (Finished, Failed) it never changes again. (Once pods of this run exist, the group
         # is theirs: a status write of the resume that failed must not take it away.)
-        reason = "the MPIJob is resumed: its PodGroup is made afresh"
-        _release(draft, have, reason)
-        draft.delete(have, reason)
-        return _wait_until_gone(ctx, draft)
+        _release(draft, have, "the MPIJob is resumed: its PodGroup is made afresh")
+        draft.requeue(children.STALE_RECHECK_SECONDS)  # no pod of this run yet: wait until it is gone
+        return False
     else:
         patch = podgroup.diff_pod_group(want, have)
         if patch:
@@ -89,7 +88,7 @@ def _sync_workload_gang(ctx: JobContext, draft: Draft) -> bool:
 
 
 def _alive(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not ownership.deleting(pod)
+    return not ownership.ended(pod) and not ownership.deleting(pod)
 
 
 def drop_pod_group(ctx: JobContext, draft: Draft, reason: str) -> None:
@@ -104,31 +103,29 @@ def drop_pod_group(ctx: JobContext, draft: Draft, reason: str) -> None:
         objs = ()
     for have in objs:
         if ctx.owned(have) and not ownership.deleting(have):
-            _release(draft, have, f"{reason}, and its pods are off their nodes")
-            draft.delete(have, reason)
+            _release(draft, have, reason)
 
 
 def _release(draft: Draft, have: Obj, reason: str) -> None:
-    """A scheduler-plugins PodGroup is marked released before it is deleted, once the gang's pods
-    are off their nodes.
+    """The PodGroup deleted; a scheduler-plugins one marked released first, in the same plan (the
+    executor sends patches before deletes).
 
     Why: Coscheduling puts the pods of a gang it turned away back in line on pod adds and PodGroup
     adds and updates only, not on pod or PodGroup deletions. This update is what tells a gang that
     waits for this one's room to try again; without it that gang waits for the scheduler's periodic
     retry (docs/development.md, "Gang scheduling, proven": 19-32 s, once more than 120 s)."""
-    if have.get("apiVersion") != podgroup.SCHEDULER_PLUGINS_API:
-        return
-    # Marked each time it is deleted, even if marked before: a mark left by a delete that failed, on
-    # a group a resume then kept, must not make the next release silent.
-    mark = {"metadata": {"annotations": {podgroup.RELEASED_ANNOTATION: status.fmt_time(draft.now)}}}
-    draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"mark released: {reason}"))
+    if have.get("apiVersion") == podgroup.SCHEDULER_PLUGINS_API:
+        # Marked each time it is deleted, even if marked before: a mark left by a delete that failed,
+        # on a group a resume then kept, must not make the next release silent.
+        mark = {"metadata": {"annotations": {podgroup.RELEASED_ANNOTATION: status.fmt_time(draft.now)}}}
+        draft.plan.patches.append(Patch(diff.ref_of(have), mark, f"mark released: {reason}"))
+    draft.delete(have, reason)
 
 
 def _on_node(pod: Obj) -> bool:
     """Bound to a node and holding it: not ended (a deleted pod holds it until it ends or is gone).
     The scheduler drops an ended pod from its cache as if it were deleted."""
-    return bool((pod.get("spec") or {}).get("nodeName")) and \
-        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return bool((pod.get("spec") or {}).get("nodeName")) and not ownership.ended(pod)
 
 
 def gang_wait(ctx: JobContext, draft: Draft, running: bool) -> None:

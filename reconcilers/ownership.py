@@ -34,6 +34,11 @@ def deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def ended(pod: Obj) -> bool:
+    """The pod's containers have ended for good (Succeeded or Failed): it runs no more."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def _uid_if_owned(obj: Obj | None, mpijob: Obj) -> str | None:
     return (obj.get("metadata") or {}).get("uid") if owned(obj, mpijob) else None  # type: ignore[union-attr]
 
@@ -73,8 +78,7 @@ def our_pods(mpijob: Obj, observed: Observed, workers: Obj | None) -> JobPods:
 
 def stale_alive(pods: JobPods, role: str) -> bool:
     """A predecessor's pod of `role` still runs: a new one would share its hostname."""
-    return any(desired.pod_role(p) == role and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-               for p in pods.stale)
+    return any(desired.pod_role(p) == role and not ended(p) for p in pods.stale)
 
 
 def _children(observed: Observed) -> Iterable[Obj | None]:

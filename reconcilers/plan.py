@@ -140,8 +140,7 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}
     # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs; one
     # that a suspend stopped is not (the resume starts afresh).
-    worker_failed = any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
-                        for p in workerloss.current_workers(ctx, draft.status))
+    worker_failed = any(ownership.ended(p) for p in workerloss.current_workers(ctx, draft.status))
     worker_lost = status.is_true(draft.old_status, status.RUNNING) and not workers_ready
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
