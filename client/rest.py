@@ -273,9 +273,11 @@ class RestClient:
         data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard, accept)
         return _loads(data) if data else {}
 
-    def get_text(self, path: str, timeout: float = 30) -> str:
-        """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
-        return self._exchange("GET", path, None, None, "application/json", timeout, None).decode("utf-8", "replace")
+    def get_text(self, path: str, timeout: float = 30, query: dict | None = None) -> str:
+        """A GET of a non-JSON endpoint (the API server's /metrics, a pod's log); raises ApiError on a
+        non-2xx."""
+        data = self._exchange("GET", path, query, None, "application/json", timeout, None, "text/plain, */*")
+        return data.decode("utf-8", "replace")
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
         """A watch: GET `path?watch=true&...`; iterate the result for event dicts

@@ -136,12 +136,13 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     workers_ready = children.workers_ready(ctx)
     running = ctx.launcher is not None and children.launcher_running(ctx) and workers_ready
     # Open MPI 5's mpirun exits 0 after losing a worker: remember the loss past Running (workerloss.py).
-    workerloss.record(ctx, draft, children.ready_workers(ctx))
+    workerloss.record(ctx, draft)
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}
-    # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs; one
-    # that a suspend stopped is not (the resume starts afresh).
-    worker_failed = any(ownership.ended(p) for p in workerloss.current_workers(ctx, draft.status))
-    worker_lost = status.is_true(draft.old_status, status.RUNNING) and not workers_ready
+    # A worker pod that ended either way (a stopped sshd exits 0), is being deleted or was deleted is
+    # lost while the MPIJob runs; one that a suspend stopped is not (the resume starts afresh). A
+    # Ready count that falls is no loss: a node missing heartbeats, a flapping probe (section 9.1).
+    lost = workerloss.lost_now(ctx, draft.status)
+    job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
@@ -149,13 +150,23 @@ def _active(ctx: JobContext, draft: Draft) -> None:
         msg = f"MPIJob {ctx.key} is running: the launcher and {count} worker(s) are ready."
         if draft.condition(status.RUNNING, "True", status.R_RUNNING, msg):
             draft.event("Normal", status.R_RUNNING, msg)
-    elif launcher_retry or worker_failed or worker_lost:
+    elif launcher_retry or lost or job_lost:
         why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-               else status.WORKER_LOST_WHY)
+               else f"worker {', '.join(lost)} was lost" if lost else str(job_lost))
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     gang.gang_wait(ctx, draft, running)
+
+
+def _worker_job_lost(ctx: JobContext, draft: Draft) -> str | None:
+    """A Running MPIJob's worker Job that counts an ended index: a worker lost whose pod the cache no
+    longer shows (an Indexed Job never reruns a completed index: children.workers_lost)."""
+    workers = ctx.workers
+    if not (status.is_true(draft.old_status, status.RUNNING) and ctx.owned(workers)
+            and workers.get("kind") == "Job" and not ownership.deleting(workers)):
+        return None
+    return children.workers_lost(ctx, workers)
 
 
 def _suspended(ctx: JobContext, draft: Draft) -> None:

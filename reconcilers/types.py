@@ -7,12 +7,13 @@ applies the `Plan` it gets back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from reconcilers.evidence import LauncherReport
     from reconcilers.refusal import Refusal
 
 Obj = dict[str, Any]
@@ -101,6 +102,17 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class LogRead:
+    """Read the end of a launcher pod's log (reconcilers/evidence.py): the evidence an exit 0 after a
+    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+
+
 @dataclass
 class Plan:
     creates: list[Create] = field(default_factory=list)
@@ -115,6 +127,8 @@ class Plan:
     delete_mpijob: bool = False
     # Minor writes (reconcilers/pace.py) were held back: planned again after `requeue_after`.
     held: bool = False
+    # Launcher logs to read before the verdict (reconcilers/evidence.py); reads, not writes.
+    read_logs: list[LogRead] = field(default_factory=list)
 
     @property
     def writes(self) -> int:
@@ -148,3 +162,8 @@ class Inputs:
     taken: str | None = None
     # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
     settle_s: float = 0.0
+    # What the launcher pods' logs said, by pod uid, once read (reconcilers/evidence.py).
+    reports: Mapping[str, LauncherReport] = field(default_factory=dict)
+    # The last known state of worker pods deleted since the last applied plan: a StatefulSet can
+    # replace a pod before any reconcile sees it deleting (reconcilers/workerloss.py).
+    gone_workers: tuple[Obj, ...] = ()
