@@ -50,6 +50,21 @@ def realnode(kubectl) -> str:
 
 
 @pytest.fixture(scope="session")
+def mpi_image(realnode):
+    """mpi_image(flavour) -> the image reference, built (cached) and imported into the real node."""
+    from realnode_mpi import load_images
+
+    refs: dict[str, str] = {}
+
+    def get(flavour: str) -> str:
+        if flavour not in refs:
+            refs.update(load_images(CLUSTER_DIR, flavour))
+        return refs[flavour]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def crd(kubectl) -> None:
     install_crd(kubectl)
 

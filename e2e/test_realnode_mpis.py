@@ -23,7 +23,6 @@ from realnode_mpi import (
     condition,
     hostfile_hosts,
     launcher_logs,
-    load_images,
     mpijob,
     mpijob_events,
     placement,
@@ -35,7 +34,6 @@ from realnode_mpi import (
 )
 
 from testsupport.kubectl import condition_statuses
-from testsupport.paths import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 FLAVOURS = ["openmpi4", "openmpi5", "mpich", "intel"]
@@ -62,19 +60,6 @@ def _cases(what: list[str], prefix: str = "", modes: tuple[bool, ...] = (False,)
                 out.append(pytest.param(*values, marks=marks, id=f"{w}-{backend}-{mode}" if len(modes) > 1
                                         else f"{w}-{backend}"))
     return out
-
-
-@pytest.fixture(scope="session")
-def mpi_image(realnode):
-    """mpi_image(flavour) -> the image reference, built (cached) and imported into the real node."""
-    refs: dict[str, str] = {}
-
-    def get(flavour: str) -> str:
-        if flavour not in refs:
-            refs.update(load_images(CLUSTER_DIR, flavour))
-        return refs[flavour]
-
-    return get
 
 
 def _check_placement(kubectl, ns: str, name: str, ranks: int, slots: int, logs: str) -> str:

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from reconcilers import elastic
 
 WORKER_LOSS_ANNOTATION = "mpijob-operator.dev/worker-loss"
 EVIDENCE = "Evidence"
 EXIT_CODE = "ExitCode"
 POLICIES = (EVIDENCE, EXIT_CODE)
-DISCOVERY_SCRIPT = "discover_hosts.sh"
 
 # What is read of the launcher's log: its end, where mpirun's last words are. PRRTE prints the lost
 # daemon's help message (about 15 lines) right before it exits; a program that prints a great deal
@@ -69,16 +69,4 @@ def policy(mpijob: dict) -> str:
     value = (meta.get("annotations") or {}).get(WORKER_LOSS_ANNOTATION)
     if value in POLICIES:
         return value
-    return EXIT_CODE if runs_discovery(mpijob) else EVIDENCE
-
-
-def runs_discovery(mpijob: dict) -> bool:
-    """The launcher's command or arguments name discover_hosts.sh (`horovodrun
-    --host-discovery-script /etc/mpi/discover_hosts.sh`): an elastic launcher."""
-    spec = (mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}
-    template = ((spec.get("Launcher") or {}).get("template") or {}).get("spec") or {}
-    for c in template.get("containers") or []:
-        words: list[Any] = [*((c or {}).get("command") or []), *((c or {}).get("args") or [])]
-        if any(isinstance(w, str) and DISCOVERY_SCRIPT in w for w in words):
-            return True
-    return False
+    return EXIT_CODE if elastic.is_elastic(mpijob) else EVIDENCE

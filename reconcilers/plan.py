@@ -39,7 +39,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status, workerloss
+from reconcilers import (
+    children,
+    context,
+    desired,
+    diff,
+    elastic,
+    gang,
+    outcome,
+    ownership,
+    predecessor,
+    status,
+    workerloss,
+)
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
@@ -128,6 +140,7 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft) -> None:
     children.shared_children(ctx, draft)
+    elastic.refresh_launchers(ctx, draft)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)
