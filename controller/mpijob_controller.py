@@ -32,7 +32,16 @@ from client.resources import (
 )
 from controller import logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild, Refused, Result
+from controller.executor import (
+    Executor,
+    ForeignObject,
+    NotLeader,
+    ObjectGone,
+    PredecessorChild,
+    Refused,
+    Result,
+    StaleStatus,
+)
 from controller.expectations import Expectations
 from controller.job_memory import JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -362,6 +371,14 @@ class MPIJobController:
             # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
             self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
 
+    def _stale(self, key: str, e: StaleStatus) -> bool:
+        """The status was planned from an MPIJob that changed since, or that a namesake replaced: plan
+        again, once the cache shows the change (its event is on the way; the backoff covers a cache
+        that is slow to show it)."""
+        log.info("the MPIJob changed since the plan was made; planning again", detail=str(e))
+        self.queue.add_rate_limited(key)
+        return False
+
     def _taken(self, key: str, mem: JobMemory, e: ForeignObject) -> bool:
         """A child's name is held by a foreign object. The plan reports it (condition + Event) from
         the next pass on; the name is looked at again every few seconds, since no informer shows an
@@ -410,6 +427,8 @@ class MPIJobController:
         finally:
             if self.memory.peek(key) is None:
                 self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.stale is not None:
+            return self._stale(key, result.stale)
         if result.foreign is not None:
             return self._taken(key, mem, result.foreign)
         if result.refused is not None:
@@ -437,7 +456,7 @@ class MPIJobController:
             for ok, uid in result.gone.items():
                 if ok[0] != MPIJOBS.plural:
                     self.expectations.expect_gone(key, ok, uid)
-            for ev in plan.events:
+            for ev in plan.events if not result.stopped else []:  # an apply that stopped sent none
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
