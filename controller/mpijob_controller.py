@@ -317,7 +317,9 @@ class MPIJobController:
             if self.sync(key):
                 self.queue.forget(key)
         except NotLeader:
-            log.warning("not the leader any more: dropping the reconcile")
+            # Only a lapse of the Lease, which is final (controller/leader.py): the process stops
+            # leading and exits, and the next leader queues every cached MPIJob, this one included.
+            log.warning("not the leader any more: the next leader reconciles this MPIJob")
         except PredecessorChild as e:
             log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
             self.queue.add_after(key, 1.0)
