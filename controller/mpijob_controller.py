@@ -62,6 +62,11 @@ REFUSAL_RETRY_MAX = 10.0
 # A reconcile running longer than this is hung (a reconcile takes milliseconds; the executor's
 # retries and timeouts bound a slow API server to a few minutes): /healthz fails, the kubelet restarts us.
 WORKER_HANG_SECONDS = 600.0
+# An informer whose cache has not followed the API server for this long (no watch open, no list
+# that succeeded) is stuck: /healthz fails. Well above the reflector's longest backoff (30 s) and
+# the longest Retry-After taken (60 s, client/errors.py), so an API server away for minutes
+# restarts nothing (docs/architecture.md section 3.2).
+INFORMER_STALE_SECONDS = 600.0
 # A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
 # one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
 # still reconcile at once. Running is read from the Ready pods, so this delay is part of every
@@ -283,13 +288,20 @@ class MPIJobController:
             t.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
+    def healthy(self, hang_s: float | None = None, stale_s: float | None = None,
+                now: float | None = None) -> tuple[bool, str]:
         """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
-        informer stopped (its list/watch or resync thread gone), a worker thread dead, or a
-        reconcile running longer than `hang_s` (a worker hung)."""
-        stopped = [inf.name for inf in [self.mpijobs, *self._children()] if inf.dead()]
+        informer stopped (its list/watch or resync thread gone) or stale (its cache not following
+        the API server for more than `stale_s`: never synced, or failing since), a worker thread
+        dead, or a reconcile running longer than `hang_s` (a worker hung). `now`: monotonic time."""
+        informers = [self.mpijobs, *self._children()]
+        stopped = [inf.name for inf in informers if inf.dead()]
         if stopped:
             return False, f"informers stopped: {', '.join(stopped)}"
+        stale_s = INFORMER_STALE_SECONDS if stale_s is None else stale_s
+        stale = [f"{inf.name} for {s:.0f}s" for inf in informers if (s := inf.stale_for(now)) > stale_s]
+        if stale:
+            return False, f"informers not synced with the API server (more than {stale_s:.0f}s): {', '.join(stale)}"
         if self._active and not self.queue.shutting_down():
             dead = [t.name for t in self._threads if not t.is_alive()]
             if dead:

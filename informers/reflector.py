@@ -19,6 +19,11 @@ resourceVersion, and keep doing so.
 - Other API errors (403, 500...) back off, then relist. A watch refused at once (RBAC that allows
   list but not watch, a proxy answering 400 or 405), by its HTTP status or by an ERROR event, so
   relists after 0.8 s, 1.6 s, ... up to 30 s, as client-go's reflector does, not every second.
+- A Retry-After (429, 5xx) is a floor under the backoff, not a replacement for it: the server's
+  ask (client.errors clamps it to at most a minute) is honoured, and a server that asks for 1 s
+  every time still sees the delays grow.
+- `stale_for(now)`: how long the cache has not been following the API server (no watch open and
+  no list since), for /healthz (docs/architecture.md section 3.2).
 
 It talks to its consumer through two callbacks, called on its own thread:
 `on_list(items, resource_version, initial)` and `on_event(type, obj)`.
@@ -112,6 +117,9 @@ class Reflector:
         self.backoff = backoff or Backoff()
         self.last_resource_version = ""
         self.last_rv_time = time.monotonic()
+        # When the cache last followed the API server: a list that succeeded, a watch that opened or
+        # ended (stale_for). Counted from the start of run(), so a first list that never succeeds shows.
+        self._last_ok = time.monotonic()
         self.lists = 0
         self.watches = 0
         self.current_stream: WatchStream | None = None
@@ -138,6 +146,18 @@ class Reflector:
         if self._offline:
             self._wake.set()
 
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds the cache has not followed the API server: 0 while a watch is open, else the time
+        since the last list that succeeded or watch that was open (for /healthz)."""
+        with self._lock:
+            if self.current_stream is not None:
+                return 0.0
+            last = self._last_ok
+        return max(0.0, (time.monotonic() if now is None else now) - last)
+
+    def _followed(self) -> None:
+        self._last_ok = time.monotonic()
+
     def _online(self) -> None:
         """The API server answered. The backoff is not reset here: only a watch that proved good
         resets it (_watch), so that a list that succeeds before a watch refused at once does not
@@ -160,6 +180,7 @@ class Reflector:
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
         need_list = True
+        self._followed()  # staleness counts from the start, not from the reflector's creation
         while not self._stop.is_set():
             try:
                 if need_list:
@@ -179,7 +200,7 @@ class Reflector:
                 self._sleep(delay)
             except _Throttled as e:
                 metrics.watch_errors_total.labels(self.name, "throttled").inc()
-                delay = e.retry_after or self.backoff.next()
+                delay = self._delay(e.retry_after)
                 log.warning("%s: watch refused (%s); watching again in %.1fs", self.name, e, delay)
                 self._sleep(delay)
             except _WatchFailed as e:
@@ -190,7 +211,7 @@ class Reflector:
             except ApiError as e:  # a failed list
                 metrics.watch_errors_total.labels(self.name, "list").inc()
                 log.warning("%s: list failed: %s", self.name, e)
-                self._sleep(e.retry_after or self.backoff.next())
+                self._sleep(self._delay(e.retry_after))
             except CONNECTION_ERRORS as e:
                 if self._stop.is_set():
                     break
@@ -207,6 +228,10 @@ class Reflector:
                 metrics.watch_errors_total.labels(self.name, "unexpected").inc()
                 need_list = True
                 self._sleep(self.backoff.next())
+
+    def _delay(self, retry_after: float | None) -> float:
+        """The next backoff, at least the server's Retry-After (already clamped to (0, 60] s)."""
+        return max(retry_after or 0.0, self.backoff.next())
 
     def _count_event(self, typ: str) -> None:
         counter = self._event_counters.get(typ)
@@ -268,6 +293,7 @@ class Reflector:
             metrics.relist_total.labels(self.name).inc()
         self.on_list(items, rv, initial)
         self._set_rv(rv)
+        self._followed()
         self._online()
 
     def _watch(self) -> None:
@@ -291,6 +317,7 @@ class Reflector:
             raise _WatchFailed(str(e)) from e
         with self._lock:
             self.current_stream = stream
+        self._followed()
         if self._stop.is_set():
             stream.close()
             return
@@ -330,6 +357,7 @@ class Reflector:
             with self._lock:
                 if self.current_stream is stream:
                     self.current_stream = None
+            self._followed()
             stream.close()
             if not (good or errored) and time.monotonic() - opened >= MIN_GOOD_WATCH_SECONDS:
                 self.backoff.reset()  # a quiet watch that lasted: a cut now starts from the shortest delay
