@@ -32,7 +32,16 @@ from client.resources import (
 )
 from controller import evidence, logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild, Refused, Result
+from controller.executor import (
+    Executor,
+    ForeignObject,
+    NotLeader,
+    ObjectGone,
+    PredecessorChild,
+    Refused,
+    Result,
+    StaleStatus,
+)
 from controller.expectations import Expectations
 from controller.job_memory import JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -53,6 +62,11 @@ REFUSAL_RETRY_MAX = 10.0
 # A reconcile running longer than this is hung (a reconcile takes milliseconds; the executor's
 # retries and timeouts bound a slow API server to a few minutes): /healthz fails, the kubelet restarts us.
 WORKER_HANG_SECONDS = 600.0
+# An informer whose cache has not followed the API server for this long (no watch open, no list
+# that succeeded) is stuck: /healthz fails. Well above the reflector's longest backoff (30 s) and
+# the longest Retry-After taken (60 s, client/errors.py), so an API server away for minutes
+# restarts nothing (docs/architecture.md section 3.2).
+INFORMER_STALE_SECONDS = 600.0
 # A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
 # one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
 # still reconcile at once. Running is read from the Ready pods, so this delay is part of every
@@ -286,13 +300,20 @@ class MPIJobController:
             t.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
+    def healthy(self, hang_s: float | None = None, stale_s: float | None = None,
+                now: float | None = None) -> tuple[bool, str]:
         """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
-        informer stopped (its list/watch or resync thread gone), a worker thread dead, or a
-        reconcile running longer than `hang_s` (a worker hung)."""
-        stopped = [inf.name for inf in [self.mpijobs, *self._children()] if inf.dead()]
+        informer stopped (its list/watch or resync thread gone) or stale (its cache not following
+        the API server for more than `stale_s`: never synced, or failing since), a worker thread
+        dead, or a reconcile running longer than `hang_s` (a worker hung). `now`: monotonic time."""
+        informers = [self.mpijobs, *self._children()]
+        stopped = [inf.name for inf in informers if inf.dead()]
         if stopped:
             return False, f"informers stopped: {', '.join(stopped)}"
+        stale_s = INFORMER_STALE_SECONDS if stale_s is None else stale_s
+        stale = [f"{inf.name} for {s:.0f}s" for inf in informers if (s := inf.stale_for(now)) > stale_s]
+        if stale:
+            return False, f"informers not synced with the API server (more than {stale_s:.0f}s): {', '.join(stale)}"
         if self._active and not self.queue.shutting_down():
             dead = [t.name for t in self._threads if not t.is_alive()]
             if dead:
@@ -320,7 +341,9 @@ class MPIJobController:
             if self.sync(key):
                 self.queue.forget(key)
         except NotLeader:
-            log.warning("not the leader any more: dropping the reconcile")
+            # Only a lapse of the Lease, which is final (controller/leader.py): the process stops
+            # leading and exits, and the next leader queues every cached MPIJob, this one included.
+            log.warning("not the leader any more: the next leader reconciles this MPIJob")
         except PredecessorChild as e:
             log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
             self.queue.add_after(key, 1.0)
@@ -374,6 +397,14 @@ class MPIJobController:
             # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
             self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
 
+    def _stale(self, key: str, e: StaleStatus) -> bool:
+        """The status was planned from an MPIJob that changed since, or that a namesake replaced: plan
+        again, once the cache shows the change (its event is on the way; the backoff covers a cache
+        that is slow to show it)."""
+        log.info("the MPIJob changed since the plan was made; planning again", detail=str(e))
+        self.queue.add_rate_limited(key)
+        return False
+
     def _taken(self, key: str, mem: JobMemory, e: ForeignObject) -> bool:
         """A child's name is held by a foreign object. The plan reports it (condition + Event) from
         the next pass on; the name is looked at again every few seconds, since no informer shows an
@@ -425,6 +456,8 @@ class MPIJobController:
         finally:
             if self.memory.peek(key) is None:
                 self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.stale is not None:
+            return self._stale(key, result.stale)
         if result.foreign is not None:
             return self._taken(key, mem, result.foreign)
         if result.refused is not None:
@@ -455,7 +488,7 @@ class MPIJobController:
             for ok, uid in result.gone.items():
                 if ok[0] != MPIJOBS.plural:
                     self.expectations.expect_gone(key, ok, uid)
-            for ev in plan.events:
+            for ev in plan.events if not result.stopped else []:  # an apply that stopped sent none
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
