@@ -44,10 +44,19 @@ def hosts_digest(config_map: dict | None) -> str | None:
     return hashlib.sha256(script.encode()).hexdigest()[:16] if isinstance(script, str) else None
 
 
+# After a write of the hosts, the launcher pods are stamped by a pass this much later, from the
+# ConfigMap as cached then: the kubelet, whose ConfigMap cache follows its own watch, has the new
+# hosts by the time the stamp makes it sync the pod. (The ConfigMap's event, an echo of our own write,
+# plans nothing: reconcilers/news.py.)
+STAMP_AFTER_S = 0.5
+
+
 def refresh_launchers(ctx: JobContext, draft: Draft) -> None:
     """Stamps the cached ConfigMap's hosts digest on every running launcher pod that lacks it."""
     if not is_elastic(ctx.job) or not ctx.owned(ctx.observed.config_map):
         return
+    if any(p.ref.kind == "ConfigMap" for p in draft.plan.patches):
+        draft.requeue(STAMP_AFTER_S)  # the hosts are written now: stamp once the cache shows them
     digest = hosts_digest(ctx.observed.config_map)
     if digest is None:
         return

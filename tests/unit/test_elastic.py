@@ -56,7 +56,8 @@ def test_elastic_a_new_worker_reaches_the_launcher_in_two_writes_never_held(back
     p = make_plan(Inputs(job, obs, Config(worker_backend=backend), at(40), KeyGen(), settle_s=1.5))
     cm = [x for x in p.patches if x.ref.kind == "ConfigMap"]
     assert not p.held and cm and "pi-worker-2" in cm[0].patch["data"]["discover_hosts.sh"], p
-    assert pod_patches(p) == []  # the cache does not show the new hosts yet
+    assert pod_patches(p) == []  # the cache does not show the new hosts yet: a pass soon will stamp them
+    assert p.requeue_after is not None and p.requeue_after <= elastic.STAMP_AFTER_S
     job, obs = apply_plan(job, obs, p)
     new = elastic.hosts_digest(obs.config_map)
     assert new != digest
