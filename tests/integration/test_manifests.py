@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testsupport import selectors
 from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
@@ -228,6 +229,76 @@ def test_hardened_metrics_bind_the_pod_ip_and_only_prometheus_may_scrape(kubectl
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [{"app.kubernetes.io/name": "prometheus"}]
+
+
+# -- metrics_policy: who may scrape /metrics (issue 36 item 6) --------------------------------------
+
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
+
+
+def ns_of(name: str, labels: dict[str, str] | None = None) -> dict:
+    """A namespace as the API server holds it: it sets kubernetes.io/metadata.name to the name,
+    whatever the creator wrote there (test_a_namespace_cannot_borrow_the_monitoring_namespaces_name)."""
+    return {"name": name, "labels": {**(labels or {}), "kubernetes.io/metadata.name": name}}
+
+
+# (overlay, case, the scraping pod's namespace, its labels, the operator's port, admitted?)
+METRICS_POLICY = [
+    ("operator", "Prometheus of the monitoring namespace", ns_of("monitoring"), PROMETHEUS, "metrics", True),
+    ("operator", "the same, on the health port", ns_of("monitoring"), PROMETHEUS, "health", False),
+    ("operator", "another pod of the monitoring namespace", ns_of("monitoring"),
+     {"app.kubernetes.io/name": "grafana"}, "metrics", False),
+    ("operator", "a pod a tenant labelled prometheus", ns_of("team-a"), PROMETHEUS, "metrics", False),
+    ("operator", "the same, its namespace labelled like a monitoring one",
+     ns_of("team-a", {"name": "monitoring", "monitoring": "true", **PROMETHEUS}), PROMETHEUS, "metrics", False),
+    ("operator", "a prometheus pod beside the operator", ns_of(NS), PROMETHEUS, "metrics", False),
+    ("operator", "a prometheus pod of an MPIJob's namespace", ns_of("mpijob-deployed"), PROMETHEUS, "metrics",
+     False),
+    # manifests/local: the local cluster's Prometheus resource lives in mpi-operator (e2e/test_deployed.py)
+    ("local", "the local cluster's Prometheus", ns_of(NS), PROMETHEUS, "metrics", True),
+    ("local", "a prometheus pod of the MPIJobs' namespace", ns_of("mpijob-deployed"), PROMETHEUS, "metrics",
+     False),
+    ("local", "the default monitoring namespace, not used here", ns_of("monitoring"), PROMETHEUS, "metrics",
+     False),
+]
+
+
+def operator_pod(rendered: list[dict]) -> dict:
+    """The operator's pod as the policy sees it: its labels, namespace and named ports."""
+    deploy = next(d for d in rendered if d["kind"] == "Deployment")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    return {"namespace": ns_of(deploy["metadata"]["namespace"]), "labels": deploy["spec"]["template"]["metadata"][
+        "labels"], "ports": {p["name"]: p["containerPort"] for p in c["ports"]}}
+
+
+@pytest.mark.parametrize(("overlay", "case", "ns", "labels", "port", "admitted"), METRICS_POLICY,
+                         ids=[f"{c[0]}: {c[1]}" for c in METRICS_POLICY])
+def test_metrics_policy_admits_the_monitoring_namespaces_prometheus_only(kubectl, overlay, case, ns, labels,
+                                                                         port, admitted):
+    rendered = render(kubectl, MANIFESTS / overlay)
+    (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+    source = {"namespace": ns, "labels": labels}
+    assert selectors.admits(policy, source, operator_pod(rendered), port) is admitted
+
+
+def test_metrics_policy_a_namespace_cannot_borrow_the_monitoring_namespaces_name(kubectl, get_json):
+    """The policy selects the monitoring namespace by kubernetes.io/metadata.name, which the API
+    server sets to the namespace's name on every create and update: a tenant who writes
+    `monitoring` there gets its own name back, and its Prometheus stays refused."""
+    name = f"t-forge-{uuid.uuid4().hex[:6]}"
+    forged = {"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    kubectl("create", "-f", "-", input=json.dumps(forged))
+    try:
+        kubectl("label", "namespace", name, "kubernetes.io/metadata.name=monitoring", "--overwrite")
+        held = get_json("namespace", name)["metadata"]
+        assert held["labels"]["kubernetes.io/metadata.name"] == name
+        rendered = render(kubectl, MANIFESTS / "operator")
+        (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+        source = {"namespace": {"name": name, "labels": held["labels"]}, "labels": PROMETHEUS}
+        assert not selectors.admits(policy, source, operator_pod(rendered), "metrics")
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 # -- the real API server --------------------------------------------------------------------------
