@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 
 import pytest
 
@@ -152,9 +153,10 @@ def test_refusal_reason_a_quota_whose_used_count_moves_is_one_refusal(setup, mon
     ctrl, api, server = setup
     warnings: list[str] = []
     monkeypatch.setattr(mpijob_controller.log, "warning", lambda msg, **kw: warnings.append(msg))
-    added: list[str] = []
-    plain_add = ctrl.queue.add
-    monkeypatch.setattr(ctrl.queue, "add", lambda key: (added.append(key), plain_add(key)))
+    added: list[str] = []  # put back at once by the reconcile itself (not a backoff come due in the queue's thread)
+    plain_add, me = ctrl.queue.add, threading.current_thread()
+    monkeypatch.setattr(ctrl.queue, "add", lambda key: (
+        added.append(key) if threading.current_thread() is me else None, plain_add(key)))
 
     def refuse(used: int) -> None:
         msg = (f'pods "pi-worker-0" is forbidden: exceeded quota: q, requested: pods=1, used: pods={used}, '
