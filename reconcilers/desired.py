@@ -26,6 +26,11 @@ CONFIG_VOLUME = "mpi-job-config"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 # A lost worker of the Job backend must be replaced, never fail the worker Job.
 WORKER_JOB_BACKOFF_LIMIT = 2**31 - 1
+# The largest activeDeadlineSeconds the Job controller can count: it computes
+# `time.Duration(ads) * time.Second` in int64 nanoseconds, which wraps above this (292 years), and a
+# wrapped, negative deadline fails the Job at once. A longer deadline is left to the MPIJob's own
+# (reconcilers/outcome.py `deadline`), which stops the launcher when due (docs/architecture.md 3).
+MAX_JOB_DEADLINE_S = (2**63 - 1) // 10**9
 SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
 # The pod's interface on the pod network (the CRI runtimes name it so). Hydra's proxies on the
 # workers dial back to the launcher by its hostname unless told an interface, whose address they
@@ -405,8 +410,9 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
         "suspend": not running,
         "template": template,
     }
-    if rp.get("activeDeadlineSeconds") is not None:
-        spec["activeDeadlineSeconds"] = rp["activeDeadlineSeconds"]
+    ads = rp.get("activeDeadlineSeconds")
+    if ads is not None and ads <= MAX_JOB_DEADLINE_S:
+        spec["activeDeadlineSeconds"] = ads
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

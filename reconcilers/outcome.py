@@ -16,8 +16,6 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from reconcilers import evidence, refusal, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
@@ -138,7 +136,9 @@ def deadline(ctx: JobContext, draft: Draft) -> None:
     start = status.parse_time(draft.status.get("startTime"))
     if ads is None or start is None or ctx.run_policy.get("suspend"):
         return
-    due = start + timedelta(seconds=ads)
+    due = status.later(start, ads)
+    if due is None:
+        return  # beyond year 9999: a deadline that never comes (not a crash, issue 36)
     if ctx.now >= due:
         draft.fail(status.R_DEADLINE, f"MPIJob {ctx.key} ran longer than runPolicy.activeDeadlineSeconds "
                    f"({ads}s); raise it if the job needs more time")
@@ -152,7 +152,9 @@ def ttl(ctx: JobContext, draft: Draft) -> None:
     done = status.parse_time(draft.status.get("completionTime"))
     if seconds is None or done is None:
         return
-    due = done + timedelta(seconds=seconds)
+    due = status.later(done, seconds)
+    if due is None:
+        return  # beyond year 9999: never
     if ctx.now >= due:
         draft.plan.delete_mpijob = True
     else:

@@ -7,7 +7,8 @@ Order of decisions:
    children. A later valid spec clears that condition and the job proceeds.
 4. A child of one of our names exists but is not controlled by this MPIJob (name clash, or a
    namesake of an older MPIJob with another uid): Failed/ResourceExists + a Warning Event; the object
-   is never adopted, patched or deleted.
+   is never adopted, patched or deleted. Not an end: nothing is created, and children that run are
+   left running (a suspend still stops them) until the name is free.
 5. Finished (Succeeded or Failed True): nothing is created; workers are stopped per cleanPodPolicy
    (Running/All: StatefulSet replicas 0 or worker Job suspended; All also deletes leftover pods, the
    launcher's included; None: left as they are) whatever the reason of the end; an unfinished
@@ -109,16 +110,15 @@ def _run(inputs: Inputs) -> Plan:
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
-    if not draft.finished():
-        outcome.launcher_outcome(ctx, draft)
-    if not draft.finished():
-        outcome.deadline(ctx, draft)
+    _outcomes(ctx, draft)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
 
-    if draft.finished():
+    if _clash_held(draft):
+        _held(ctx, draft, suspend)
+    elif draft.finished():
         _finished(ctx, draft)
     elif suspend:
         _suspended(ctx, draft)
@@ -192,6 +192,51 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     workerloss.drop(draft)  # the launcher's pod is stopped: that attempt is over
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.shared_children(ctx, draft)
+    children.sync_workers(ctx, draft, running=False)
+    children.sync_launcher(ctx, draft, running=False)
+
+
+def _clash_condition(draft: Draft) -> dict | None:
+    """Failed/ResourceExists: not an end (no completionTime), the job waits for the name to be free."""
+    failed = status.get_condition(draft.status, status.FAILED)
+    if failed is not None and failed.get("status") == "True" and failed.get("reason") == status.R_RESOURCE_EXISTS \
+            and not draft.status.get("completionTime"):
+        return failed
+    return None
+
+
+def _clash_held(draft: Draft) -> bool:
+    return _clash_condition(draft) is not None
+
+
+def _outcomes(ctx: JobContext, draft: Draft) -> None:
+    """The launcher's outcome and the deadline. Also while a name clash holds the job: its children
+    run on (`_held`), so the launcher's end or the deadline still ends the job, and that end replaces
+    the clash's condition (which is set aside meanwhile, then put back as it was)."""
+    clash = _clash_condition(draft)
+    at = status.conditions_of(draft.status).index(clash) if clash is not None else 0
+    if clash is not None:
+        status.remove_condition(draft.status, status.FAILED)
+    if not draft.finished():
+        outcome.launcher_outcome(ctx, draft)
+    if not draft.finished():
+        outcome.deadline(ctx, draft)
+    if clash is not None and not draft.finished():
+        draft.status["conditions"] = status.conditions_of(draft.status)
+        draft.status["conditions"].insert(at, clash)
+
+
+def _held(ctx: JobContext, draft: Draft, suspend: bool) -> None:
+    """A name clash holds the job: nothing is created (the name is not ours), and the children that
+    run are left as they are, since the clash ends nothing (a Service or PodGroup replaced under our
+    name while the job runs, a launcher name taken while the workers wait for it). Only a suspend
+    stops them, as it always does (Kueue's eviction). docs/architecture.md section 3."""
+    if not suspend:
+        return
+    msg = f"MPIJob {ctx.key} is suspended."
+    if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
+        draft.event("Normal", status.R_SUSPENDED, msg)
+    gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.sync_workers(ctx, draft, running=False)
     children.sync_launcher(ctx, draft, running=False)
 

@@ -76,7 +76,7 @@ def test_retry_after_negative_is_retried_by_the_executor():
     answers = [ApiError(503, "ServiceUnavailable", "", retry_after=-1), {"metadata": {"resourceVersion": "2"}}]
     slept: list[float] = []
     retrying = RETRYING.copy(sleep=slept.append)
-    assert retrying(FakeApi(*answers).request, "GET", "/x") == answers[1]
+    assert retrying(FakeApi(*answers).request, "GET", "/api/v1/namespaces/ns/configmaps/x") == answers[1]
     assert len(slept) == 1 and slept[0] > 0
 
 
