@@ -3,7 +3,7 @@ that finished are Succeeded though a worker was replaced before `mpirun` started
 the node missed its heartbeats long enough for every pod to turn NotReady (heartbeat), and though the
 workers' readiness flaps (readiness_flap); ranks cut short are never Succeeded
 (e2e/test_realnode_mpis.py, the kill tests). Run one scenario alone with `-k setup_loss` (or
-heartbeat, readiness_flap); `pytest -s` prints the figures."""
+heartbeat, readiness_flap, clock_skew); `pytest -s` prints the figures."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import time
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 from realnode_mpi import (
@@ -176,3 +178,38 @@ def test_readiness_flap_workers_whose_readiness_flaps_are_succeeded(kubectl, rea
     conds = condition_statuses(kubectl, namespace, name)
     assert conds.get("WorkerLost") is None, conds
     print(f"\n[readiness_flap] {flavour:<8} {backend:<11} Ready counts seen while Running {sorted(seen)}; Succeeded")
+
+
+# libfaketime (Debian's faketime; .ci/run installs it) shifts the clock of the process it is preloaded
+# into: the operator then runs 5 s behind the API server, as a node whose clock drifted would.
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5"], {("openmpi5", "statefulset")}))
+def test_clock_skew_an_operator_5s_behind_the_api_server_still_succeeds(kubectl, realnode, mpi_image, start_operator,
+                                                                       namespace, monkeypatch, backend, flavour):
+    """The operator's clock runs 5 s behind the API server's. Its `Running` time is then 5 s earlier
+    than the pods' creation times say, so every worker looked created after Running, a replacement:
+    a healthy run ended Failed/WorkerLostDuringRun. No verdict compares the two clocks now: Succeeded."""
+    if not LIBFAKETIME.exists():
+        pytest.fail(f"{LIBFAKETIME} is missing: apt-get install faketime (.ci/run does)")
+    with monkeypatch.context() as m:
+        m.setenv("LD_PRELOAD", str(LIBFAKETIME))
+        m.setenv("FAKETIME", "-5s")
+        start_operator(backend, namespace)
+    name = "skew"
+    apply(kubectl, namespace, mpijob(name, flavour, mpi_image(flavour), args=["mpirun", "-n", "4", "/opt/pi"],
+                                     worker_command=SSHD))
+    result = wait_finished(kubectl, namespace, name, 300)
+    _succeeded_cleanly(kubectl, namespace, name, result)
+    job = json.loads(kubectl("-n", namespace, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    created = _time(job["metadata"]["creationTimestamp"])
+    conds = {c["type"]: c for c in job["status"]["conditions"]}
+    skew = (created - _time(conds["Created"]["lastTransitionTime"])).total_seconds()
+    assert 3 <= skew <= 7, f"the operator's clock is not 5 s behind the API server's: {skew} s"
+    assert "WorkerLost" not in conds, conds
+    print(f"\n[clock_skew] {flavour:<8} {backend:<11} the operator {skew:.0f}s behind the API server; Succeeded")
