@@ -79,7 +79,7 @@ GANG: Mapping[str, Grants] = {
 
 def gang_mode(gang_scheduling: str) -> str | None:
     """The GANG key of a --gang-scheduling value: "" -> None, "volcano", "workload", any other
-    scheduler name -> "scheduler-plugins" (reconcilers/podgroup.py, reconcilers/workload_gang.py)."""
+    scheduler name -> "scheduler-plugins" (reconcilers/gang/podgroup.py, reconcilers/gang/workload_gang.py)."""
     if not gang_scheduling:
         return None
     return gang_scheduling if gang_scheduling in ("volcano", "workload") else "scheduler-plugins"

@@ -22,7 +22,7 @@ from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
-from reconcilers import workload_gang
+from reconcilers.gang import workload_gang
 
 log = logs.get("main")
 COMPONENT = "mpi-operator"

@@ -25,7 +25,7 @@ Each policy is a module of pure functions over one JobContext (reconcilers/conte
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
 refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup, Workload). This module keeps
+workers, launcher), takeover.py (upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps
 the order of decisions and the state dispatch.
 
 Expressed in the Plan:
@@ -46,7 +46,6 @@ from reconcilers import (
     desired,
     diff,
     elastic,
-    gang,
     outcome,
     ownership,
     predecessor,
@@ -56,6 +55,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
+from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
 
@@ -141,7 +141,7 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 def _active(ctx: JobContext, draft: Draft) -> None:
     children.shared_children(ctx, draft)
     elastic.refresh_launchers(ctx, draft)
-    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
+    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)
 

@@ -31,8 +31,8 @@ class Config:
     # The value of runPolicy.managedBy that this operator acts on (unset also means us).
     controller_name: str = "kubeflow.org/mpi-operator"
     # --gang-scheduling: "" (off), "volcano", "workload" (Kubernetes' Workload API,
-    # reconcilers/workload_gang.py), or the schedulerName of a scheduler-plugins Coscheduling
-    # scheduler (reconcilers/podgroup.py).
+    # reconcilers/gang/workload_gang.py), or the schedulerName of a scheduler-plugins Coscheduling
+    # scheduler (reconcilers/gang/podgroup.py).
     gang_scheduler: str = ""
     # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
     # "" when it can. Every MPIJob then says so instead of starting without its gang.

@@ -32,8 +32,9 @@ from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
-from reconcilers import desired, workload_gang
-from reconcilers import podgroup as pg
+from reconcilers import desired
+from reconcilers.gang import podgroup as pg
+from reconcilers.gang import workload_gang
 from reconcilers.types import LogRead, Observed
 from tests.unit import sim
 from testsupport.fake_api import FakeApi

@@ -1,4 +1,4 @@
-"""Gang scheduling (reconcilers/podgroup.py): the PodGroup, the pod template marks, and its lifecycle
+"""Gang scheduling (reconcilers/gang/podgroup.py): the PodGroup, the pod template marks, and its lifecycle
 in plan(), for both PodGroup APIs and both worker backends."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from reconcilers import podgroup as pg
 from reconcilers import status as st
 from reconcilers.evidence import LauncherReport
+from reconcilers.gang import podgroup as pg
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, pod, run, running_state
 
