@@ -211,16 +211,6 @@ done
 """
 
 
-def _discovered(kubectl, ns: str, launcher: str) -> list[str] | None:
-    r = kubectl("-n", ns, "exec", launcher, "--", "/etc/mpi/discover_hosts.sh", check=False, timeout=30)
-    return r.stdout.split() if r.returncode == 0 else None
-
-
-def _running_workers(kubectl, ns: str, name: str) -> set[str]:
-    return {p["spec"].get("hostname") or p["metadata"]["name"] for p in pods(kubectl, ns, name, "worker")
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
-
-
 def _follow(kubectl, ns: str, name: str, launcher: str, want: set[str], suffix: str, t_change: float) -> str:
     """Waits until exactly `want` run and the launcher's discover_hosts.sh lists exactly them: the
     delay from the workers (running or gone) to the launcher's script, as a figure."""
