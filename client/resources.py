@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from reconcilers import names
+from reconcilers import names, netpol
 from reconcilers.gang import podgroup, workload_gang
 
 
@@ -61,9 +61,11 @@ VOLCANO_PODGROUPS = Resource.of(podgroup.VOLCANO_API, "podgroups", podgroup.KIND
 # --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/gang/workload_gang.py).
 WORKLOADS = Resource.of(workload_gang.API, "workloads", workload_gang.WORKLOAD_KIND)
 WORKLOAD_PODGROUPS = Resource.of(workload_gang.API, "podgroups", podgroup.KIND)
+# --network-isolation: each MPIJob's NetworkPolicy (reconcilers/netpol.py).
+NETWORKPOLICIES = Resource.of(netpol.API, "networkpolicies", netpol.KIND)
 
 ALL = (PODS, SERVICES, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES, SERVICEACCOUNTS, JOBS, STATEFULSETS, LEASES,
-       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS, WORKLOADS, WORKLOAD_PODGROUPS)
+       MPIJOBS, PODGROUPS, VOLCANO_PODGROUPS, WORKLOADS, WORKLOAD_PODGROUPS, NETWORKPOLICIES)
 _BY_GVK = {(r.api_version, r.kind): r for r in ALL}
 
 

@@ -36,6 +36,7 @@ class Options:
     queue_qps: float = 10.0
     queue_burst: int = 100
     gang_scheduling: str = ""
+    network_isolation: bool = True
     master: str = ""
     ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
@@ -54,6 +55,16 @@ def _bind_address(text: str) -> str:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"want [host]:port (port 0-65535) or 0, got {text!r}")
     return text
+
+
+def _bool(text: str) -> bool:
+    """Go's strconv.ParseBool, as upstream's and klog's boolean flags read their values."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true"):
+        return True
+    if value in ("0", "f", "false"):
+        return False
+    raise argparse.ArgumentTypeError(f"want true or false, got {text!r}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
                    help="gang-schedule each MPIJob through a PodGroup: 'workload' (Kubernetes' own Workload API, "
                    "the default kube-scheduler; Kubernetes >= 1.37 with the GenericWorkload gate), 'volcano', or the "
                    "schedulerName of a scheduler-plugins Coscheduling scheduler (default: off)")
+    p.add_argument("--network-isolation", type=_bool, nargs="?", const=True, default=True,
+                   help="give each MPIJob a NetworkPolicy that admits only its own pods (and the peers of its "
+                   "annotation mpijob-operator.dev/network-ingress-from); needs a NetworkPolicy implementation "
+                   "in the cluster to take effect (default: true; --network-isolation=false turns it off)")
     return p
 
 

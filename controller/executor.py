@@ -1,8 +1,9 @@
 """Applies a Plan to the API server: the only place the controller writes.
 
-The Service, ConfigMap and Secret a plan creates go out together (nothing refers to them before the
-pods do); every other write follows, one at a time in the plan's order, so a worker object the API
-server refuses leaves no launcher to run `mpirun` alone. A reconcile that starts an MPIJob waits for
+The Service, ConfigMap, Secret and NetworkPolicy a plan creates go out together (nothing refers to
+them before the pods do, and the policy is in force before any pod starts); every other write
+follows, one at a time in the plan's order, so a worker object the API server refuses leaves no
+launcher to run `mpirun` alone. A reconcile that starts an MPIJob waits for
 two round trips fewer, and on a burst of new MPIJobs the work queue reaches their pod events that
 much sooner (docs/architecture.md section 7.1).
 
@@ -41,8 +42,10 @@ log = logs.get("executor")
 MERGE_PATCH = "application/merge-patch+json"
 RETRIABLE_STATUS = {409, 429, 500, 502, 503, 504}
 CREATE_ROUNDS = 3
-# Created together: the children that pods read and that refer to nothing themselves.
-TOGETHER = frozenset({"Service", "ConfigMap", "Secret"})
+# Created together, before the rest: the children that pods read or that guard them, and that refer
+# to nothing themselves. A refused NetworkPolicy holds the workers and launcher back (no pod runs
+# unprotected while isolation is asked for).
+TOGETHER = frozenset({"Service", "ConfigMap", "Secret", "NetworkPolicy"})
 
 
 class NotLeader(Exception):

@@ -20,6 +20,7 @@ from client.resources import (
     CONFIGMAPS,
     JOBS,
     MPIJOBS,
+    NETWORKPOLICIES,
     PODGROUPS,
     PODS,
     SECRETS,
@@ -120,6 +121,7 @@ class MPIJobController:
             gang_scheduler=opts.gang_scheduling,
             # why the gang's API is not served (found at start-up, controller/__main__.py), or ""
             gang_unavailable=gang_unavailable,
+            network_isolation=opts.network_isolation,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
@@ -156,6 +158,8 @@ class MPIJobController:
         # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
         # With the Workload API, its Workloads too, and neither informer when the cluster does not serve
         # it (an informer would retry a 404 forever and the caches would never sync).
+        # Each MPIJob's NetworkPolicy, only with --network-isolation (off: no access to their API needed).
+        self.network_policies = child(NETWORKPOLICIES) if opts.network_isolation else None
         self.pod_groups = self.workloads = None
         if opts.gang_scheduling and not gang_unavailable:
             if opts.gang_scheduling == workload_gang.MODE:
@@ -188,7 +192,7 @@ class MPIJobController:
 
     def _children(self) -> list:
         infs = [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + [inf for inf in (self.pod_groups, self.workloads) if inf is not None]
+        return infs + [inf for inf in (self.pod_groups, self.workloads, self.network_policies) if inf is not None]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
@@ -577,4 +581,5 @@ class MPIJobController:
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
             pod_group=get("podgroups", meta["name"]),
             workload=get("workloads", meta["name"]),
+            network_policy=get(NETWORKPOLICIES.plural, meta["name"]),
         )

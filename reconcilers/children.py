@@ -1,6 +1,7 @@
 """Each child of an MPIJob brought to what it should be (docs/architecture.md sections 3-4).
 
-- `shared_children`: the Service, the ConfigMap (hostfile, discover_hosts.sh) and the SSH Secret.
+- `shared_children`: the Service, the ConfigMap (hostfile, discover_hosts.sh), the SSH Secret and
+  the NetworkPolicy (reconcilers/netpol.py), all before any pod.
 - `sync_workers`: the worker Job or StatefulSet: created, repaired, recreated when an Indexed Job can
   no longer give every worker back, stopped when the MPIJob is not running.
 - `sync_launcher`: the launcher Job, held back under WaitForWorkersReady until every worker is Ready.
@@ -11,7 +12,7 @@ not control is never touched (reconcilers/ownership.py reports it). Nothing here
 
 from __future__ import annotations
 
-from reconcilers import desired, diff, elastic, names, ownership, status, takeover
+from reconcilers import desired, diff, elastic, names, netpol, ownership, status, takeover
 from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
@@ -37,6 +38,30 @@ def shared_children(ctx: JobContext, draft: Draft) -> None:
             elif patch:
                 draft.plan.patches.append(patch)
     _secret(ctx, draft)
+    network_policy(ctx, draft)
+
+
+def network_policy(ctx: JobContext, draft: Draft) -> None:
+    """The MPIJob's NetworkPolicy made or repaired while it should have one, deleted when it should
+    not (the annotation turned isolation off, or a template took hostNetwork while suspended); and
+    the NetworkIsolated condition of an MPIJob that cannot be isolated (docs/architecture.md 10)."""
+    have = ctx.observed.network_policy
+    if netpol.applies(ctx.job, ctx.config):
+        want = netpol.network_policy(ctx.job, desired.owner_reference(ctx.job))
+        if have is None:
+            draft.plan.creates.append(Create(want))
+        elif ctx.owned(have) and not ownership.deleting(have):
+            patch = diff.diff(want, have)
+            if patch:
+                draft.plan.patches.append(patch)
+    elif ctx.owned(have) and not ownership.deleting(have):
+        draft.delete(have, "network isolation is off for this MPIJob (annotation or hostNetwork)")
+    if netpol.wanted(ctx.job, ctx.config) and not desired.pod_network(ctx.job):
+        msg = netpol.not_isolated_message(ctx.key)
+        if draft.condition(netpol.NOT_ISOLATED, "False", netpol.R_HOST_NETWORK, msg):
+            draft.event("Warning", netpol.R_NOT_ISOLATED, msg)
+    else:
+        status.remove_condition(draft.status, netpol.NOT_ISOLATED)
 
 
 def _secret(ctx: JobContext, draft: Draft) -> None:

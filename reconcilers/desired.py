@@ -295,7 +295,7 @@ def worker_template(mpijob: Obj, config: Config) -> Obj:
     return template
 
 
-def _pod_network(mpijob: Obj) -> bool:
+def pod_network(mpijob: Obj) -> bool:
     """Launcher and workers on the pod network (neither template asks for hostNetwork)."""
     specs = _spec(mpijob)["mpiReplicaSpecs"]
     return not any(((rs.get("template") or {}).get("spec") or {}).get("hostNetwork")
@@ -326,14 +326,14 @@ def launcher_env(mpijob: Obj) -> list[tuple[str, str]]:
             ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", SSH_CONNECT_ARGS),
             ("I_MPI_PERHOST", slots),
         ]
-        if _pod_network(mpijob):
+        if pod_network(mpijob):
             env.append(("I_MPI_HYDRA_IFACE", POD_INTERFACE))
     else:  # MPICH
         # Hydra reads HYDRA_LAUNCHER_EXTRA_ARGS; upstream's HYDRA_LAUNCH_EXTRA_ARGS is read by no
         # MPICH (kept, for manifests and tools that look for it). docs/architecture.md section 9.
         env += [("HYDRA_HOST_FILE", HOSTFILE_PATH), ("HYDRA_LAUNCHER_EXTRA_ARGS", SSH_CONNECT_ARGS),
                 ("HYDRA_LAUNCH_EXTRA_ARGS", SSH_CONNECT_ARGS)]
-        if _pod_network(mpijob):
+        if pod_network(mpijob):
             env.append(("HYDRA_IFACE", POD_INTERFACE))
     if not spec.get("runLauncherAsWorker"):
         # The launcher needs no GPU: hide the node's GPUs from it (as upstream does).

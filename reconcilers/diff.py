@@ -14,6 +14,7 @@ controllers' labels and annotations, is never looked at, so never fought over):
 | worker Job | `spec.suspend`; `spec.parallelism` and `spec.completions` (elastic Indexed Job, |
 |            | only when both were equal) |
 | launcher Job | `spec.suspend` |
+| NetworkPolicy | `spec.podSelector`, `spec.policyTypes`, `spec.ingress`, each exactly (reconcilers/netpol.py) |
 
 Pod templates of Jobs are immutable once they have started, so they are never patched. Changes made
 to the MPIJob's templates while it is suspended (Kueue's admission injects nodeSelector,
@@ -110,6 +111,14 @@ class _Differ:
             _put(self.patch, path, changed)
             self.why.append(f"{'.'.join(path)}: {', '.join(sorted(changed))}")
 
+    def exact(self, *path: str) -> None:
+        """The desired value, exactly: a map key that the desired value lacks is removed too (a merge
+        patch alone would keep it, and the next diff would find it again)."""
+        want, have = _get(self.desired, *path), _get(self.observed, *path)
+        if want != have:
+            _put(self.patch, path, merge_patch(have, want))
+            self.why.append(f"{'.'.join(path)} {_short(have)} -> {_short(want)}")
+
     def result(self) -> Patch | None:
         if not self.patch:
             return None
@@ -142,6 +151,9 @@ def diff(desired: Obj, observed: Obj, *, template_mutable: bool = False) -> Patc
             _put(d.patch, ("spec", "template"),
                  merge_patch(_get(observed, "spec", "template") or {}, desired["spec"]["template"]))
             d.why.append("spec.template changed while no worker runs")
+    elif kind == "NetworkPolicy":
+        for key in ("podSelector", "policyTypes", "ingress"):
+            d.exact("spec", key)
     elif kind == "Job":
         d.field("spec", "suspend")
         want, have = _get(desired, "spec", "parallelism"), _get(observed, "spec", "parallelism")

@@ -32,6 +32,12 @@ TEMPLATE_HASH_ANNOTATION = "mpijob-operator.dev/template-hash"
 # On an MPIJob: the worker backend for it ("job" or "statefulset"), over --worker-backend. On its
 # ConfigMap: the backend its workers were started with (reconcilers/backend.py).
 BACKEND_ANNOTATION = "mpijob-operator.dev/worker-backend"
+# On an MPIJob: "false" leaves it without its NetworkPolicy (reconcilers/netpol.py), "true" (the
+# default) isolates it while the operator's --network-isolation is on.
+NETWORK_ISOLATION_ANNOTATION = "mpijob-operator.dev/network-isolation"
+# On an MPIJob: a JSON list of NetworkPolicy peers (podSelector, namespaceSelector, ipBlock) admitted
+# besides the MPIJob's own pods, e.g. a notebook namespace (reconcilers/netpol.py).
+NETWORK_INGRESS_FROM_ANNOTATION = "mpijob-operator.dev/network-ingress-from"
 
 
 # MPIs whose process manager is Hydra (MPICH, Intel MPI): it runs a host's proxy by fork only when

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconcilers import desired, names
+from reconcilers import desired, names, netpol
 from reconcilers.gang import podgroup
 from reconcilers.types import Obj, Observed
 
@@ -84,7 +84,7 @@ def stale_alive(pods: JobPods, role: str) -> bool:
 
 def _children(observed: Observed) -> Iterable[Obj | None]:
     return (observed.service, observed.config_map, observed.secret, observed.launcher, observed.workers,
-            observed.other_workers, observed.pod_group, observed.workload)
+            observed.other_workers, observed.pod_group, observed.workload, observed.network_policy)
 
 
 def stale_children(mpijob: Obj, observed: Observed) -> tuple[Obj, ...]:
@@ -106,7 +106,8 @@ def clash(mpijob: Obj, observed: Observed, workers: Obj | None, stale: tuple[Obj
     namespace = names.job_namespace(mpijob)
     for obj, kind in ((observed.service, "Service"), (observed.config_map, "ConfigMap"),
                       (observed.secret, "Secret"), (observed.launcher, "Job"), (workers, None),
-                      (observed.pod_group, podgroup.KIND), (observed.workload, "Workload")):
+                      (observed.pod_group, podgroup.KIND), (observed.workload, "Workload"),
+                      (observed.network_policy, netpol.KIND)):
         if obj is not None and not owned(obj, mpijob) and id(obj) not in stale_ids:
             kind = kind or obj.get("kind", "object")
             name = (obj.get("metadata") or {}).get("name", "?")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from reconcilers.defaults import LAUNCHER, WORKER
+from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION
 from reconcilers.types import Plan
 
 PERMANENT_STATUS = frozenset({400, 413, 422})
@@ -71,7 +72,8 @@ def _role(name: str) -> str | None:
 
 def mpijob_field(kind: str, name: str, field: str) -> str:
     """The MPIJob field a child's field comes from: the pod template of a launcher/worker object is
-    the replica spec's template; the ConfigMap's size comes from the worker count."""
+    the replica spec's template; the ConfigMap's size comes from the worker count; the NetworkPolicy's
+    peers from the annotation that names them (reconcilers/netpol.py)."""
     role = _role(name)
     m = re.match(r"^spec\.template\.(.*)$", field or "")
     if role and kind in ("Job", "StatefulSet") and m:
@@ -80,6 +82,8 @@ def mpijob_field(kind: str, name: str, field: str) -> str:
         return f"spec.mpiReplicaSpecs.{role}"
     if kind == "ConfigMap":
         return f"spec.mpiReplicaSpecs.{WORKER}.replicas"
+    if kind == "NetworkPolicy":  # its only input from the user: the peers of this annotation
+        return f"metadata.annotations[{NETWORK_INGRESS_FROM_ANNOTATION}]"
     return "spec"
 
 

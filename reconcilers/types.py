@@ -37,6 +37,9 @@ class Config:
     # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
     # "" when it can. Every MPIJob then says so instead of starting without its gang.
     gang_unavailable: str = ""
+    # --network-isolation: each MPIJob gets a NetworkPolicy that admits only its own pods (and the
+    # peers its annotation names; reconcilers/netpol.py). Off: no policy is made, none is watched.
+    network_isolation: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Observed:
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
     pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
     workload: Obj | None = None  # the scheduling.k8s.io Workload `<name>` (--gang-scheduling=workload)
+    network_policy: Obj | None = None  # the NetworkPolicy `<name>` (only with --network-isolation)
 
 
 @dataclass(frozen=True)

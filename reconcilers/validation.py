@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import apilimits, defaults, evidence, names
+from reconcilers import apilimits, defaults, evidence, names, netpol
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
 from reconcilers.gang import workload_gang
 from reconcilers.names import BACKEND_ANNOTATION
@@ -157,6 +157,8 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
             c.add(f"{path}.schedulingPolicy", f"must be an object, got {sp!r}")
 
     for path, message in workload_gang.problems(job, config):
+        c.add(path, message)
+    for path, message in netpol.problems(job):
         c.add(path, message)
     if name is not None:
         _validate_name(c, name, workers)

@@ -68,6 +68,8 @@ def slot_of(job: dict, kind: str, name: str) -> str | None:
         return "pod_group"
     if kind == "Workload":
         return "workload"
+    if kind == "NetworkPolicy":
+        return "network_policy"
     if name == n.launcher_name(job):
         return "launcher"
     if name == n.worker_name(job):

@@ -68,6 +68,14 @@ def test_defaults_are_the_readme_table(monkeypatch):
     (["--gang-scheduling=volcano"], "gang_scheduling", "volcano"),
     (["--gang-scheduling=scheduler-plugins-scheduler"], "gang_scheduling", "scheduler-plugins-scheduler"),
     ([], "gang_scheduling", ""),
+    ([], "network_isolation", True),
+    (["--network-isolation=false"], "network_isolation", False),
+    (["--network-isolation=False"], "network_isolation", False),
+    (["--network-isolation=0"], "network_isolation", False),
+    (["-network-isolation=false"], "network_isolation", False),
+    (["--network-isolation", "false"], "network_isolation", False),
+    (["--network-isolation=true"], "network_isolation", True),
+    (["--network-isolation"], "network_isolation", True),
 ])
 def test_each_flag(argv, field, value):
     assert getattr(parse(argv), field) == value
@@ -93,7 +101,7 @@ def test_identity_without_pod_name_is_unique(monkeypatch):
     ["--kube-api-qps=fast"], ["--resync-period=soon"], ["--queue-burst=0"], ["--log-level=trace"],
     ["--metrics-bind-address=8080"], ["--metrics-bind-address=:"], ["--metrics-bind-address=:http"],
     ["--metrics-bind-address=:65536"], ["--health-probe-bind-address=:-1"], ["--leader-elect=yes"],
-    ["--worker-backend="], ["--worker-backend=StatefulSet"],
+    ["--worker-backend="], ["--worker-backend=StatefulSet"], ["--network-isolation=off"], ["--network-isolation="],
 ])
 def test_invalid_values_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as e:

@@ -75,7 +75,8 @@ def created_kinds(api: FakeApi) -> list[str]:
 
 def cache_what_was_written(ctrl, server: EchoServer) -> None:
     """What the informers would deliver after the writes: each created child, the patched MPIJob."""
-    stores = {"Service": ctrl.services, "ConfigMap": ctrl.config_maps, "Secret": ctrl.secrets, "Job": ctrl.jobs}
+    stores = {"Service": ctrl.services, "ConfigMap": ctrl.config_maps, "Secret": ctrl.secrets, "Job": ctrl.jobs,
+              "NetworkPolicy": ctrl.network_policies}
     for obj in server.created:
         stores[obj["kind"]].store.add(copy.deepcopy(obj))
     ctrl.mpijobs.store.add(server.job)
@@ -84,7 +85,7 @@ def cache_what_was_written(ctrl, server: EchoServer) -> None:
 def test_sync_of_a_new_mpijob_creates_its_children_and_writes_its_status_once(setup):
     ctrl, api, _ = setup
     assert ctrl.sync(KEY) is True
-    assert created_kinds(api) == ["ConfigMap", "Job", "Job", "Secret", "Service"]
+    assert created_kinds(api) == ["ConfigMap", "Job", "Job", "NetworkPolicy", "Secret", "Service"]
     status_patches = [c for c in api.calls if c[0] == "PATCH" and c[1].endswith("/status")]
     assert len(status_patches) == 1
     assert {c["type"] for c in status_patches[0][2]["status"]["conditions"]} >= {"Created"}
@@ -226,7 +227,7 @@ def test_the_echo_a_waiting_reconcile_needs_enqueues_it(setup, job):
     ctrl.queue.forget(KEY)
     for obj in server.created:  # the children's events come first ...
         {"Service": ctrl.services, "ConfigMap": ctrl.config_maps, "Secret": ctrl.secrets,
-         "Job": ctrl.jobs}[obj["kind"]].store.add(copy.deepcopy(obj))
+         "Job": ctrl.jobs, "NetworkPolicy": ctrl.network_policies}[obj["kind"]].store.add(copy.deepcopy(obj))
     ctrl.sync(KEY)  # ... a reconcile finds the MPIJob's status not there yet: put off
     assert len(ctrl.queue) == 0
     ctrl.mpijobs.store.add(server.job)  # then the status, as the informer stores it, then its handler
@@ -329,3 +330,18 @@ def test_a_delete_is_never_taken_for_an_echo(setup):
     for h in ctrl.config_maps.handlers:
         h.on_delete(copy.deepcopy(cm))
     assert len(ctrl.queue) == 1
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_isolation_flag_decides_whether_networkpolicies_are_watched(job, flag):
+    """--network-isolation (on by default) watches the operator's NetworkPolicies, label-filtered like
+    every child, so that the plan sees its own; off, no informer asks for their API (no RBAC needed)."""
+    api = FakeApi(respond=EchoServer(job))
+    factory = InformerFactory(api, namespace="ns")
+    ctrl = MPIJobController(Options(worker_backend="job", network_isolation=flag), factory,
+                            Executor(api, is_leader=lambda: True, component="mpi-operator", instance="t"))
+    watched = {(inf.resource.plural, inf.reflector.label_selector) for inf in factory.informers()}
+    assert (("networkpolicies", "training.kubeflow.org/operator-name=mpi-operator") in watched) is flag
+    assert ctrl.config.network_isolation is flag
+    assert (ctrl.network_policies in ctrl._children()) is flag
+    ctrl.queue.shutdown()

@@ -36,7 +36,7 @@ class Server:
 
     def __call__(self, method: str, path: str, body: dict) -> dict:
         kind = body["kind"]
-        if kind in ("Service", "ConfigMap", "Secret"):
+        if kind in ("Service", "ConfigMap", "Secret", "NetworkPolicy"):
             self.barrier.wait()
         with self.lock:
             self.order.append(kind)
@@ -76,3 +76,18 @@ def test_one_shared_child_alone_is_created_in_the_calling_thread():
     Executor(FakeApi(respond=respond), is_leader=lambda: True, component="c",
              instance="i").apply(MPIJOB, Plan(creates=[child("ConfigMap")]))
     assert seen == [threading.current_thread().name]
+
+
+def test_isolation_policy_goes_with_the_shared_children_and_its_refusal_sends_no_job():
+    """The NetworkPolicy is sent with the Service, ConfigMap and Secret, before any pod's owner; refused
+    (RBAC without networkpolicies, say), no worker or launcher Job is created: no pod runs unprotected
+    while isolation is asked for (docs/architecture.md section 10)."""
+    plan = Plan(creates=[*PLAN.creates[:3], child("NetworkPolicy", "networking.k8s.io/v1"), *PLAN.creates[3:]])
+    server = Server(4)
+    res = Executor(FakeApi(respond=server), is_leader=lambda: True, component="c", instance="i").apply(MPIJOB, plan)
+    assert res.refused is None and sorted(server.order[:4]) == ["ConfigMap", "NetworkPolicy", "Secret", "Service"]
+    assert server.order[4:] == ["Job", "Job"]
+    server = Server(4, refuse="NetworkPolicy")
+    res = Executor(FakeApi(respond=server), is_leader=lambda: True, component="c", instance="i").apply(MPIJOB, plan)
+    assert res.refused is not None and res.refused.kind == "NetworkPolicy"
+    assert "Job" not in server.order

@@ -127,7 +127,7 @@ def test_a_predecessors_pods_still_stopping_hold_back_the_new_workers():
     fresh = mpijob(uid="uid-new")
     p = run(fresh, Observed(pods=old_pods))
     kinds = sorted(c.obj["kind"] for c in p.creates)
-    assert kinds == ["ConfigMap", "Secret", "Service"], kinds  # no worker Job or launcher yet
+    assert kinds == ["ConfigMap", "NetworkPolicy", "Secret", "Service"], kinds  # no worker Job or launcher yet
     assert p.requeue_after == 1.0
     assert p.status["replicaStatuses"]["Worker"]["active"] == 0  # the old pods are not counted
     job, obs = apply_plan(fresh, Observed(pods=old_pods), p)
@@ -237,7 +237,7 @@ def test_a_name_the_last_apply_found_taken_is_reported_until_it_is_free():
     assert not p.creates
     job["status"] = p.status
     p = plan(Inputs(job, Observed(), Config(), NOW, KeyGen()))
-    assert cond(p.status, st.FAILED) is None and len(p.creates) == 5
+    assert cond(p.status, st.FAILED) is None and len(p.creates) == 6
 
 
 @pytest.mark.parametrize("conds,suspended,expect", [

@@ -4,6 +4,7 @@ plan and planning again writes nothing (a plan that deletes converges in one mor
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconcilers import status as rst
+from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION, NETWORK_ISOLATION_ANNOTATION
 from reconcilers.plan import plan
 from reconcilers.types import Config, Inputs, Observed
 from reconcilers.validation import validate
@@ -184,8 +186,29 @@ def ev_drift(job, obs, backend):
     return replace(obs, workers=w)
 
 
+def ev_toggle_isolation(job, obs, backend):
+    """The user turns the MPIJob's network isolation off, or on again (reconcilers/netpol.py)."""
+    ann = job["metadata"].setdefault("annotations", {})
+    ann[NETWORK_ISOLATION_ANNOTATION] = "true" if ann.get(NETWORK_ISOLATION_ANNOTATION) == "false" else "false"
+    return obs
+
+
+def ev_drift_network_policy(job, obs, backend):
+    if obs.network_policy is None:
+        return obs
+    pol = copy.deepcopy(obs.network_policy)
+    pol["spec"]["podSelector"] = {"matchLabels": {"x": "y"}}
+    pol["spec"]["ingress"] = [{"from": [{"namespaceSelector": {}}]}]
+    return replace(obs, network_policy=pol)
+
+
+def ev_lose_network_policy(job, obs, backend):
+    return replace(obs, network_policy=None)
+
+
 EVENTS = [ev_ready, ev_launcher_runs, ev_worker_pods, ev_launcher_completes, ev_launcher_fails,
-          ev_launcher_retries, ev_toggle_suspend, ev_lose_config_map, ev_scale, ev_kueue_injects, ev_drift]
+          ev_launcher_retries, ev_toggle_suspend, ev_lose_config_map, ev_scale, ev_kueue_injects, ev_drift,
+          ev_toggle_isolation, ev_drift_network_policy, ev_lose_network_policy]
 
 
 @SETTINGS
@@ -228,3 +251,41 @@ def test_workload_gang_mode_apply_then_plan_again_writes_nothing(case):
         if not p.deletes:
             assert again.writes == 0, (ev.__name__, p, again)
         job, obs, _ = converge(job2, obs2, backend, now, gang_scheduler="workload")
+
+
+_selector = st.fixed_dictionaries({}, optional={
+    "matchLabels": st.dictionaries(st.sampled_from(["a", "team", "app"]), st.sampled_from(["x", "y"]), max_size=2),
+    "matchExpressions": st.lists(st.fixed_dictionaries(
+        {"key": st.sampled_from(["a", "team"]), "operator": st.sampled_from(["In", "Exists"])},
+        optional={"values": st.lists(st.sampled_from(["x", "y"]), max_size=2)}), max_size=2)})
+_peer = (st.fixed_dictionaries({}, optional={"podSelector": _selector, "namespaceSelector": _selector}).filter(bool)
+         | st.fixed_dictionaries({"ipBlock": st.fixed_dictionaries(
+             {"cidr": st.just("10.9.0.0/16")}, optional={"except": st.lists(st.just("10.9.1.0/24"), max_size=1)})}))
+
+
+@SETTINGS
+@given(case=scenario(), flag=st.booleans(), peers=st.none() | st.lists(_peer, max_size=3),
+       host_network=st.booleans())
+def test_isolation_apply_then_plan_again_writes_nothing(case, flag, peers, host_network):
+    """The same turns of events with --network-isolation on or off, an MPIJob that names extra sources
+    (any peers, empty maps and lists included) or runs on the host's network: its NetworkPolicy is
+    brought to what it should be in one round, and stays (reconcilers/netpol.py)."""
+    backend, job, events, dt = case
+    if peers is not None:
+        job["metadata"]["annotations"] = {NETWORK_INGRESS_FROM_ANNOTATION: json.dumps(peers)}
+    if host_network:
+        job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
+    now = NOW
+    job, obs, _ = converge(job, backend=backend, now=now, network_isolation=flag)
+    assert (obs.network_policy is not None) == (flag and not host_network)
+    for ev in events:
+        now = now + timedelta(seconds=dt)
+        obs = ev(job, obs, backend)
+        p = run(job, obs, backend, now, network_isolation=flag)
+        job2, obs2 = apply_plan(job, obs, p)
+        if p.delete_mpijob:
+            return
+        again = run(job2, obs2, backend, now, network_isolation=flag)
+        if not p.deletes:
+            assert again.writes == 0, (ev.__name__, p, again)
+        job, obs, _ = converge(job2, obs2, backend, now, network_isolation=flag)

@@ -221,7 +221,7 @@ def test_workload_api_missing_every_mpijob_says_so_and_starts_no_pod(backend):
     config = {"gang_scheduler": MODE, "gang_unavailable": why}
     p = run(mpijob(), backend=backend, **config)
     kinds = {c.obj["kind"] for c in p.creates}
-    assert kinds == {"Service", "ConfigMap", "Secret"}  # no Workload, PodGroup, workers or launcher
+    assert kinds == {"Service", "ConfigMap", "Secret", "NetworkPolicy"}  # no Workload, PodGroup, workers, launcher
     c = st.get_condition(p.status, pg.WAITING_CONDITION)
     assert (c["status"], c["reason"]) == ("True", wg.R_UNAVAILABLE)
     assert "GenericWorkload" in c["message"] and "--runtime-config=scheduling.k8s.io/v1beta1=true" in c["message"]
