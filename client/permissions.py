@@ -44,6 +44,9 @@ OPERATOR: Grants = {
     ("", "configmaps"): _CHILD,
     # the SSH Secret: deleted (and created afresh) when someone removed a key from it
     ("", "secrets"): _CHILD | {"delete"},
+    # each MPIJob's NetworkPolicy (--network-isolation, on by default; reconcilers/netpol.py): deleted
+    # when the MPIJob's annotation turns isolation off or a template takes hostNetwork
+    ("networking.k8s.io", "networkpolicies"): _CHILD | {"delete"},
     # pods are the Job/StatefulSet controllers': watched (readiness, discover_hosts.sh), deleted under
     # cleanPodPolicy All and for the upstream operator's bare workers (reconcilers/takeover.py),
     # patched with one annotation on an elastic launcher's pod (reconcilers/elastic.py)

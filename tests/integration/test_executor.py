@@ -10,9 +10,12 @@ import re
 import pytest
 
 from client.errors import ApiError
-from client.resources import CONFIGMAPS, MPIJOBS
+from client.resources import CONFIGMAPS, MPIJOBS, NETWORKPOLICIES
 from client.rest import RestClient
 from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild
+from reconcilers import netpol
+from reconcilers.diff import diff
+from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from testsupport import builders
 from testsupport.kubectl import wait_established
@@ -289,3 +292,31 @@ def test_delete_mpijob_spares_a_recreated_namesake(client, mpijob, namespace):
     executor(client).apply(mpijob, Plan(delete_mpijob=True))
     assert client.request("GET", MPIJOBS.path(namespace, "pi"))["metadata"]["uid"] == again["metadata"]["uid"]
 
+
+
+def test_isolation_policy_round_trips_through_the_api_server_and_drift_is_repaired(client, mpijob, namespace):
+    """The NetworkPolicy as the planner builds it (reconcilers/netpol.py), extra peers with empty maps and
+    lists included, comes back from the real API server with nothing to repair (no write at steady
+    state); drifted by someone else, one merge patch brings the owned spec back exactly."""
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "notebooks"}}},
+             {"namespaceSelector": {}, "podSelector": {"matchLabels": {}, "matchExpressions": []}},
+             {"podSelector": {"matchExpressions": [{"key": "team", "operator": "Exists", "values": []}]}},
+             {"ipBlock": {"cidr": "10.1.0.0/16", "except": []}}]
+    job = {**mpijob, "metadata": {**mpijob["metadata"],
+                                  "annotations": {NETWORK_INGRESS_FROM_ANNOTATION: json.dumps(peers)}}}
+    want = netpol.network_policy(job, owner(mpijob))
+    res = executor(client).apply(mpijob, Plan(creates=[Create(want)]))
+    assert res.refused is None and ("networkpolicies", namespace, "pi") in res.written
+    path = NETWORKPOLICIES.path(namespace, "pi")
+    stored = client.request("GET", path)
+    assert diff(want, stored) is None, stored["spec"]
+    client.request("PATCH", path, content_type="application/merge-patch+json", body={
+        "metadata": {"labels": {"someone": "else"}},
+        "spec": {"podSelector": {"matchLabels": {"extra": "x"}}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"from": [{"podSelector": {}}], "ports": [{"port": 22}]}]}})
+    patch = diff(want, client.request("GET", path))
+    assert patch is not None
+    executor(client).apply(mpijob, Plan(patches=[patch]))
+    repaired = client.request("GET", path)
+    assert diff(want, repaired) is None and repaired["spec"] == stored["spec"], repaired["spec"]
+    assert repaired["metadata"]["labels"]["someone"] == "else"

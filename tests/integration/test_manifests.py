@@ -50,6 +50,8 @@ DENIED = [
     ("create", "pods/exec", None),
     ("update", "jobs.batch", None),
     ("update", "statefulsets.apps", None),
+    ("update", "networkpolicies.networking.k8s.io", None),
+    ("deletecollection", "networkpolicies.networking.k8s.io", None),
     ("create", "deployments.apps", None),
     ("create", "mpijobs.kubeflow.org", None),
     ("update", "mpijobs.kubeflow.org", None),

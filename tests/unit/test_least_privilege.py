@@ -32,7 +32,7 @@ from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
-from reconcilers import desired
+from reconcilers import desired, names
 from reconcilers.gang import podgroup as pg
 from reconcilers.gang import workload_gang
 from reconcilers.types import LogRead, Observed
@@ -233,9 +233,10 @@ def _plans(backend: str, gang: str) -> list[tuple[dict, object]]:
     job, obs, _ = sim.converge(job, backend=backend, **cfg)
     # drift: every child lost our labels
     drifted = replace(obs, **{f: _foreign_labels(getattr(obs, f)) for f in
-                              ("service", "config_map", "secret", "launcher", "workers", "pod_group", "workload")
+                              ("service", "config_map", "secret", "launcher", "workers", "pod_group", "workload",
+                               "network_policy")
                               if getattr(obs, f) is not None})
-    for f in ("service", "config_map", "secret", "launcher", "workers", "pod_group", "workload"):
+    for f in ("service", "config_map", "secret", "launcher", "workers", "pod_group", "workload", "network_policy"):
         o = getattr(drifted, f)
         if o is not None:  # still ours (the controller reference), only the labels drifted
             o["metadata"]["ownerReferences"] = getattr(obs, f)["metadata"]["ownerReferences"]
@@ -246,6 +247,10 @@ def _plans(backend: str, gang: str) -> list[tuple[dict, object]]:
     other = "statefulset" if backend == "job" else "job"
     _, stray_obs, _ = sim.converge(copy.deepcopy(job), backend=other, **cfg)
     record(job, replace(obs, other_workers=stray_obs.workers))
+    # network isolation turned off by the MPIJob's annotation: its NetworkPolicy deleted (reconcilers/netpol.py)
+    opted_out = copy.deepcopy(job)
+    opted_out["metadata"]["annotations"] = {names.NETWORK_ISOLATION_ANNOTATION: "false"}
+    record(opted_out, obs)
     # running (sim.running_state, with the gang mode's config)
     ready = "readyReplicas" if backend == "statefulset" else "ready"
     obs = replace(obs, workers=sim.with_status(obs.workers, **{ready: 2}),
