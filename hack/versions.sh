@@ -15,3 +15,7 @@ KUEUE_VERSION=0.19.2
 # The Kubeflow MPI Operator (Go) that `make bench` runs beside this one (bench/go_operator.py);
 # built by hack/build-mpi-operator-go.sh from its Go module.
 MPI_OPERATOR_GO_VERSION=0.8.2
+# sigs.k8s.io/kube-network-policies: the NetworkPolicy implementation of the real node (nfqueue
+# verdicts from userspace, nftables), built from its Go module by hack/build-kube-network-policies.sh
+# and run by hack/realnode/network-policies.sh. v0.8.0 is the one the Go module proxy serves here.
+KUBE_NETWORK_POLICIES_VERSION=0.8.0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stops the real node started by hack/realnode/up.sh and removes its state: the kubelet, every
+# Stops the real node started by hack/realnode/up.sh and removes its state: kube-network-policies and
+# its rules (hack/realnode/network-policies.sh), the kubelet, every
 # container it ran (by cgroup, so none survive even if containerd is gone), containerd and its
 # shims, CoreDNS, all mounts under $CLUSTER_DIR/realnode (unmounted before anything is removed),
 # the bridge, what the kubelet and libcni leave in compiled-in paths (/var/log/containers,
@@ -19,7 +20,8 @@ if owner=$(other_owner); then
   exit 0
 fi
 
-# 1. The kubelet first, so that it restarts nothing.
+# 1. The NetworkPolicy agent and its netfilter rules, then the kubelet, so that it restarts nothing.
+"$here/network-policies.sh" down
 stop_pid kubelet
 
 # 2. The containers. The kubelet (cgroupfs driver) puts every pod under the "kubepods" cgroup:

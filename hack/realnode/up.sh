@@ -5,7 +5,9 @@
 #   bridge address and the `kubernetes` Service, DNATed to the API server on the host's loopback), CoreDNS on the host at $GATEWAY:53 serving cluster.local from the
 #   API server (nothing is forwarded), the kubelet of the pinned release registering node
 #   "realnode" (label mpijob-operator.dev/real-node=true, taint ...=true:NoSchedule), and the
-#   locally built images localhost/pause:local and localhost/mpi-pi:{<hash>,latest}.
+#   locally built images localhost/pause:local and localhost/mpi-pi:{<hash>,latest}; and, where the
+#   machine allows, NetworkPolicies enforced by sigs.k8s.io/kube-network-policies
+#   (hack/realnode/network-policies.sh; REALNODE_NETWORK_POLICIES=0 leaves them unenforced).
 #
 #   hack/realnode/up.sh            bring it up (idempotent: a second run only checks it)
 #   hack/realnode/up.sh --check    exit 0 if this machine can run a real node, else print why
@@ -124,9 +126,17 @@ import_images() {
   done
 }
 
+# NetworkPolicies enforced on the node where the machine allows (else it says why and the node runs
+# without): hack/realnode/network-policies.sh.
+network_policies() {
+  [ "${REALNODE_NETWORK_POLICIES:-1}" = 0 ] && { log "NetworkPolicies not enforced: REALNODE_NETWORK_POLICIES=0"; return 0; }
+  "$here/network-policies.sh" up
+}
+
 # Fast path: everything already up (the images are still brought up to date).
 if alive containerd && alive coredns && alive kubelet && node_ready; then
   import_images now
+  network_policies
   log "real node $NODE_NAME already up ($MPI_REF)"
   exit 0
 fi
@@ -335,4 +345,6 @@ if ! wait_until "node $NODE_NAME Ready" 120 node_ready; then
   die "node $NODE_NAME did not become Ready (log: $CLUSTER_DIR/logs/kubelet.log)"
 fi
 step "node $NODE_NAME Ready"
+network_policies
+step "NetworkPolicies"
 log "real node up in $((SECONDS - t_start))s: pods need nodeSelector $NODE_LABEL=true, a toleration for the taint $NODE_LABEL=true:NoSchedule, image $MPI_REF (or localhost/mpi-pi:latest) with imagePullPolicy IfNotPresent"
