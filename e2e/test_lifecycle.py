@@ -36,7 +36,12 @@ def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, 
     svc = get(kubectl, namespace, "service", "pi")
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     workers = get(kubectl, namespace, workers_kind(backend), "pi-worker")
-    for obj in (cm, secret, svc, workers):
+    # Isolation is on by default: the MPIJob's NetworkPolicy admits its own pods (docs/architecture.md 10).
+    policy = get(kubectl, namespace, "networkpolicy", "pi")
+    assert policy["spec"]["podSelector"] == {"matchLabels": {JOB_NAME_LABEL: "pi"}}
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {JOB_NAME_LABEL: "pi"}}}]}]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    for obj in (cm, secret, svc, workers, policy):
         assert labels.items() <= obj["metadata"]["labels"].items(), obj["metadata"]
         (owner,) = [o for o in obj["metadata"]["ownerReferences"] if o.get("controller")]
         assert (owner["kind"], owner["name"]) == ("MPIJob", "pi")
@@ -146,7 +151,8 @@ def test_deleting_the_mpijob_collects_every_child(kubectl, operator, namespace, 
     kubectl("-n", namespace, "delete", "mpijob", "pi", "--wait=false")
 
     def gone() -> bool:
-        left = [f"{k}/{o['metadata']['name']}" for k in ("configmap", "secret", "service", "job", "statefulset")
+        left = [f"{k}/{o['metadata']['name']}" for k in ("configmap", "secret", "service", "job", "statefulset",
+                                                         "networkpolicy")
                 for o in items(kubectl, namespace, k, f"{JOB_NAME_LABEL}=pi")]
         left += [p["metadata"]["name"] for p in live(items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi"))]
         return not left
@@ -161,6 +167,12 @@ def test_drift_is_repaired(kubectl, operator, namespace, backend):
     kubectl("-n", namespace, "delete", "configmap", "pi-config")
     cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap recreated")
     assert cm["metadata"]["uid"] != old["metadata"]["uid"] and cm["data"]["hostfile"] == old["data"]["hostfile"]
+    # The NetworkPolicy: its spec drifted by someone else is brought back exactly.
+    policy = get(kubectl, namespace, "networkpolicy", "pi")
+    kubectl("-n", namespace, "patch", "networkpolicy", "pi", "--type=merge", "-p",
+            '{"spec":{"podSelector":{"matchLabels":{"extra":"x"}},"ingress":[{}]}}')
+    wait_until(lambda: get(kubectl, namespace, "networkpolicy", "pi")["spec"] == policy["spec"], 30,
+               what="the NetworkPolicy's spec restored")
 
     if backend == "statefulset":
         kubectl("-n", namespace, "scale", "statefulset", "pi-worker", "--replicas=5")
