@@ -32,6 +32,7 @@ import yaml
 from realnode_mpi import IMPLEMENTATION, apply, launcher_logs, load_images, mpijob, pods, ready_workers, wait_finished
 
 from reconcilers import names as n
+from testsupport.kubectl import namespaced_service_account_kubeconfig
 from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.waiting import wait_until
 
@@ -147,6 +148,13 @@ def held_launcher(kubectl, ns: str, name: str) -> str:
     return wait_until(running, 240, what=f"the launcher of {ns}/{name} Running")
 
 
+def start_namespaced_operator(start_operator, kubectl, namespace: str, backend: str, tmp_path: Path, *extra: str):
+    """The operator for `namespace` alone, as manifests/rbac-namespaced/ grants it (the Role's
+    networkpolicies verbs included): no cluster-wide grant, so nothing outside the test changes it."""
+    kc = namespaced_service_account_kubeconfig(kubectl, namespace, tmp_path / "kubeconfig")
+    return start_operator(backend, namespace, f"--leader-election-namespace={namespace}", *extra, kubeconfig=kc)
+
+
 def isolation_job(name: str, flavour: str, image: str, isolated: bool = True) -> dict:
     job = mpijob(name, flavour, image, args=["bash", "-c", HOLD])
     if not isolated:
@@ -176,9 +184,9 @@ def outsider(kubectl, images, network_policies, tmp_path_factory):
 
 @pytest.mark.parametrize("backend", ["job", "statefulset"])
 def test_isolation_every_mpi_runs_with_its_policy_and_nobody_else_reaches_its_workers(
-        kubectl, images, network_policies, start_operator, namespace, outsider, backend):
+        kubectl, images, network_policies, start_operator, namespace, outsider, backend, tmp_path):
     t0 = time.monotonic()
-    start_operator(backend, namespace)
+    start_namespaced_operator(start_operator, kubectl, namespace, backend, tmp_path)
     jobs = {f"iso-{flavour}": flavour for flavour in IMPLEMENTATION}
     for name, flavour in jobs.items():
         apply(kubectl, namespace, isolation_job(name, flavour, images[flavour]))
@@ -229,9 +237,9 @@ def test_isolation_every_mpi_runs_with_its_policy_and_nobody_else_reaches_its_wo
 
 
 def test_isolation_off_by_the_operators_flag_the_same_connections_open(
-        kubectl, images, network_policies, start_operator, namespace, outsider):
+        kubectl, images, network_policies, start_operator, namespace, outsider, tmp_path):
     t0 = time.monotonic()
-    start_operator("job", namespace, "--network-isolation=false")
+    start_namespaced_operator(start_operator, kubectl, namespace, "job", tmp_path, "--network-isolation=false")
     for name in ("a", "b"):
         apply(kubectl, namespace, isolation_job(name, "openmpi4", images["openmpi4"]))
     workers = {name: worker_ips(kubectl, namespace, name) for name in ("a", "b")}

@@ -218,6 +218,7 @@ def test_least_privilege_runs_an_mpijob_with_the_namespaced_role_alone(kubectl, 
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="3s"))
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     assert wait_event(kubectl, namespace, "pi", "MPIJobSucceeded", "Normal")
+    assert get(kubectl, namespace, "networkpolicy", "pi"), "the Role lets the operator isolate the MPIJob"
     log = op.tail(4000)
     assert "forbidden" not in log.lower() and "Unpermitted" not in log, log
     sa = f"system:serviceaccount:{namespace}:mpi-operator"
