@@ -36,6 +36,7 @@ class Options:
     queue_qps: float = 10.0
     queue_burst: int = 100
     gang_scheduling: str = ""
+    launcher_restart: str = "auto"
     master: str = ""
     ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
@@ -95,6 +96,11 @@ def parser() -> argparse.ArgumentParser:
                    help="gang-schedule each MPIJob through a PodGroup: 'workload' (Kubernetes' own Workload API, "
                    "the default kube-scheduler; Kubernetes >= 1.37 with the GenericWorkload gate), 'volcano', or the "
                    "schedulerName of a scheduler-plugins Coscheduling scheduler (default: off)")
+    p.add_argument("--launcher-restart", choices=("auto", "in-place", "new-pod"), default="auto",
+                   help="how a failed launcher runs again where the API server admits container restart rules "
+                   "(Kubernetes >= 1.34): 'auto' (default) restarts its container in place with the StatefulSet "
+                   "backend and makes a new pod with the Job backend; 'in-place' restarts in place with both; "
+                   "'new-pod' always makes a new pod, after the launcher Job's backoff")
     return p
 
 

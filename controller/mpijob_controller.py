@@ -96,6 +96,7 @@ class MPIJobController:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         keygen: Callable = sshkeys.generate,
         gang_unavailable: str = "",
+        container_restart_rules: bool = False,
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -105,6 +106,10 @@ class MPIJobController:
             gang_scheduler=opts.gang_scheduling,
             # why the gang's API is not served (found at start-up, controller/__main__.py), or ""
             gang_unavailable=gang_unavailable,
+            # the API server admits container restart rules (found at start-up): --launcher-restart says
+            # where a failed launcher restarts in place (reconcilers/restartpolicy.py)
+            container_restart_rules=container_restart_rules,
+            launcher_restart=opts.launcher_restart,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)

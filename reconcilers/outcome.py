@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from reconcilers import refusal, status, workerloss
+from reconcilers import refusal, retries, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
@@ -89,6 +89,8 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
         workerloss.drop(draft)  # a record left of an earlier attempt: this one lost no worker
+    elif (permanent := retries.permanent_exit(ctx, reason, message)) is not None:
+        draft.fail(*permanent, when)  # restartPolicy ExitCode: the reason names the exit code's class
     else:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)

@@ -39,7 +39,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import children, context, desired, diff, gang, outcome, ownership, predecessor, status, workerloss
+from reconcilers import (
+    children,
+    context,
+    desired,
+    diff,
+    gang,
+    outcome,
+    ownership,
+    predecessor,
+    retries,
+    status,
+    takeover,
+    workerloss,
+)
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
@@ -97,21 +110,29 @@ def _run(inputs: Inputs) -> Plan:
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
+    # The launcher's failed attempts, told apart by cause (reconcilers/retries.py).
+    accounts = retries.account(ctx, draft.old_status, active=not draft.finished() and not suspend)
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
+    if not draft.finished():
+        spent = retries.exhausted(ctx, accounts.fails)
+        if spent:
+            draft.fail(retries.R_BACKOFF_LIMIT, spent)  # the launcher Job is stopped by _finished
+            outcome.not_running_if_never_ran(draft, None)
     if not draft.finished():
         outcome.deadline(ctx, draft)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
+    draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown
 
     if draft.finished():
         _finished(ctx, draft)
     elif suspend:
         _suspended(ctx, draft)
     else:
-        _active(ctx, draft)
+        _active(ctx, draft, accounts)
     return draft.finish()
 
 
@@ -126,11 +147,13 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 # -- states -----------------------------------------------------------------------------------------
 
 
-def _active(ctx: JobContext, draft: Draft) -> None:
+def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     children.shared_children(ctx, draft)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)
+    if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
+        retries.sync(ctx, draft, accounts.book, accounts.new_book)
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)
@@ -145,14 +168,25 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
-    if running:
+    lost = retries.lost_workers(ctx)
+    if accounts.new_failure(draft.old_status) and not launcher_done:
+        # Every failed attempt is announced, with its cause, even when the launcher already runs
+        # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
+        msg = retries.restarting(ctx, accounts.fails, lost)
+        if accounts.fails[-1].in_place:
+            workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
+        draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
+        draft.event("Warning", status.R_RESTARTING, msg)
+        if running:
+            draft.requeue(retries.RUNNING_AGAIN_S)
+    elif running:
         msg = f"MPIJob {ctx.key} is running: the launcher and {count} worker(s) are ready."
         if draft.condition(status.RUNNING, "True", status.R_RUNNING, msg):
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry or worker_failed or worker_lost:
         why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-               else status.WORKER_LOST_WHY)
-        msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
+               else "; ".join(lost) or status.WORKER_LOST_WHY)
+        msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher runs again once the workers are back."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     gang.gang_wait(ctx, draft, running)

@@ -36,6 +36,12 @@ class Config:
     # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
     # "" when it can. Every MPIJob then says so instead of starting without its gang.
     gang_unavailable: str = ""
+    # The API server admits a container's own restartPolicy and restartPolicyRules (Kubernetes >=
+    # 1.34; found once at start-up): a failed launcher can then restart in place (restartpolicy.py).
+    container_restart_rules: bool = False
+    # --launcher-restart: "auto" (in place with the StatefulSet backend), "in-place" (both backends),
+    # "new-pod" (never in place).
+    launcher_restart: str = "auto"
 
 
 @dataclass(frozen=True)
