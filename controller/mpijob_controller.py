@@ -39,7 +39,7 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, news, pace, refusal, status, workload_gang
+from reconcilers import names, news, pace, refusal, retries, status, workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan
 
@@ -162,7 +162,7 @@ class MPIJobController:
         self.pods.add_event_handler(
             on_add=self._enqueue_pod_owner,
             on_update=lambda old, new: self._enqueue_pod_owner(new),
-            on_delete=lambda obj: self._enqueue_pod_owner(_unwrap(obj)),
+            on_delete=lambda obj: self._enqueue_pod_owner(_unwrap(obj), gone=True),
         )
         for inf in self._children():
             if inf is self.pods:
@@ -246,7 +246,7 @@ class MPIJobController:
         would find nothing to do (reconcilers/news.py)."""
         return self.expectations.echo(owner, _obj_key(plural, obj), (obj.get("metadata") or {}).get("resourceVersion"))
 
-    def _enqueue_pod_owner(self, pod: dict) -> None:
+    def _enqueue_pod_owner(self, pod: dict, gone: bool = False) -> None:
         if not self._active:
             return
         now = time.monotonic()
@@ -255,6 +255,10 @@ class MPIJobController:
             if job is None:
                 continue  # its MPIJob is gone (the garbage collector removing its pods): nothing to do
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
+            if retries.disruption(pod) is not None:
+                # evicted, preempted, its node lost: it may leave the cache before the reconcile
+                # looks, and the plan must still tell that disruption apart (reconcilers/retries.py)
+                self.memory.pod_disrupted(key, job["metadata"].get("uid"), pod, now)
             if self.mpijobs.store.get(key) is None:
                 self.memory.forget(key)  # deleted meanwhile, its forget maybe before our write: again
                 continue
@@ -399,8 +403,12 @@ class MPIJobController:
         last = mem.refusal
         if last is not None and last.permanent and last.generation != mpijob["metadata"].get("generation"):
             mem.refusal = last = None  # the spec changed: try again
-        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=last,
-                        taken=taken, settle_s=self._settle(mem, mpijob))
+        observed = self.observed(mpijob)
+        cached = {(p.get("metadata") or {}).get("uid") for p in observed.pods}
+        disrupted = tuple(p for p in self.memory.disrupted(mem, time.monotonic())
+                          if (p.get("metadata") or {}).get("uid") not in cached)
+        inputs = Inputs(mpijob, observed, self.config, self.now(), self.keygen, refusal=last,
+                        taken=taken, settle_s=self._settle(mem, mpijob), disrupted=disrupted)
         plan = make_plan(inputs)
         showing = last is not None and not mem.refusal_shown
         if showing:

@@ -111,13 +111,13 @@ def _run(inputs: Inputs) -> Plan:
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
     # The launcher's failed attempts, told apart by cause (reconcilers/retries.py).
-    accounts = retries.account(ctx, draft.old_status, active=not draft.finished() and not suspend)
+    accounts = retries.account(ctx, active=not draft.finished() and not suspend)
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
     if not draft.finished():
-        spent = retries.exhausted(ctx, accounts.fails)
-        if spent:
-            draft.fail(retries.R_BACKOFF_LIMIT, spent)  # the launcher Job is stopped by _finished
+        ended = retries.verdict(ctx, accounts.fails)
+        if ended:
+            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
             outcome.not_running_if_never_ran(draft, None)
     if not draft.finished():
         outcome.deadline(ctx, draft)
@@ -125,7 +125,7 @@ def _run(inputs: Inputs) -> Plan:
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
-    draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown
+    draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=False)
 
     if draft.finished():
         _finished(ctx, draft)
@@ -152,8 +152,6 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)
-    if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
-        retries.sync(ctx, draft, accounts.book, accounts.new_book)
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)
@@ -169,11 +167,14 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
     lost = retries.lost_workers(ctx)
-    if accounts.new_failure(draft.old_status) and not launcher_done:
+    newest = accounts.newest
+    announcing = accounts.new_failure and not launcher_done and newest is not None
+    if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = retries.restarting(ctx, accounts.fails, lost)
-        if accounts.fails[-1].in_place:
+        draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=True)
+        msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, lost)
+        if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
         draft.event("Warning", status.R_RESTARTING, msg)
@@ -183,12 +184,20 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is running: the launcher and {count} worker(s) are ready."
         if draft.condition(status.RUNNING, "True", status.R_RUNNING, msg):
             draft.event("Normal", status.R_RUNNING, msg)
-    elif launcher_retry or worker_failed or worker_lost:
-        why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-               else "; ".join(lost) or status.WORKER_LOST_WHY)
-        msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher runs again once the workers are back."
+    elif launcher_retry and accounts.fails:
+        # the newest failure, announced already: its message stays (the Job's count alone says less)
+        msg = retries.restarting(ctx, accounts.fails, accounts.fails[-1], accounts.book.failed, lost)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
+    elif launcher_retry or worker_failed or worker_lost:
+        why = (f"the launcher failed {lst.get('failed')} time(s); it runs again (runPolicy.backoffLimit)"
+               if launcher_retry else
+               ("; ".join(lost) or status.WORKER_LOST_WHY) + "; the launcher runs again once the workers are back")
+        msg = f"MPIJob {ctx.key} is restarting: {why}."
+        if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
+            draft.event("Warning", status.R_RESTARTING, msg)
+    if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
+        retries.sync(ctx, draft, accounts, announcing)
     gang.gang_wait(ctx, draft, running)
 
 

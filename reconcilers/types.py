@@ -154,3 +154,7 @@ class Inputs:
     taken: str | None = None
     # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
     settle_s: float = 0.0
+    # Pods of this MPIJob last seen with a DisruptionTarget condition that have left the cache since
+    # (an evicted pod can be gone before any reconcile looks): the controller's memory of them
+    # (reconcilers/retries.py: a disruption is told apart even so).
+    disrupted: tuple[Obj, ...] = ()

@@ -72,6 +72,10 @@ def with_pods(obs: Observed, pods: list[dict], **launcher_status) -> Observed:
                    else obs.launcher)
 
 
+def not_counted(patch: dict) -> dict:
+    return json.loads(patch["metadata"]["annotations"][retries.LEDGER])["notCounted"]
+
+
 def launcher_patch(p) -> dict | None:
     return next((x.patch for x in p.patches if x.ref.kind == "Job" and x.ref.name == "pi-launcher"), None)
 
@@ -178,7 +182,7 @@ def test_disruption_of_a_worker_does_not_count_the_launcher_failure_it_causes(ba
         obs = with_pods(obs, [launcher, *workers(job, backend, disrupted=1)])
         p = run(job, obs, backend)
         patch = launcher_patch(p)
-        book = json.loads(patch["metadata"]["annotations"][retries.LEDGER])
+        book = not_counted(patch)
         assert list(book) == ["pi-launcher-abc0#0"] and book["pi-launcher-abc0#0"]["worker"] == "pi-worker-1"
         assert patch["spec"]["backoffLimit"] == 0 + 1 + 1
         job, obs = apply_plan(job, obs, p)
@@ -213,8 +217,8 @@ def test_disruption_binds_later_failures_until_the_worker_is_back(backend):
     back[0]["metadata"]["uid"] = "pod-new-worker-0"
     obs = with_pods(obs, [first, second, *back])
     p = run(job, obs, backend)
-    book = json.loads(launcher_patch(p)["metadata"]["annotations"][retries.LEDGER])
-    assert all(v.get("back") for v in book.values()), book
+    book = not_counted(launcher_patch(p))
+    assert len(book) == 2 and all(v.get("back") for v in book.values()), book
     job, obs = apply_plan(job, obs, p)
     # a failure now counts; a second one exceeds backoffLimit 1
     third, fourth = failed_launcher(job, 2, code=1), failed_launcher(job, 3, code=1)
@@ -249,14 +253,13 @@ def test_disruption_of_an_on_failure_launcher_raises_the_jobs_limit():
     obs = with_pods(obs, [failed_launcher(job, code=143, disrupted=True), *workers(job, "job")], failed=1)
     p = run(job, obs, "job")
     patch = launcher_patch(p)
-    assert patch["spec"]["backoffLimit"] == 1 + 1 + 1 and "pi-launcher-abc0#0" in patch["metadata"]["annotations"][
-        retries.LEDGER]
+    assert patch["spec"]["backoffLimit"] == 1 + 1 + 1 and "pi-launcher-abc0#0" in not_counted(patch)
     assert "0 of 1 retries" in cond(p.status, st.RESTARTING)["message"]
 
 
 def test_disruption_ledger_garbage_is_an_empty_ledger():
-    for raw in ("{", "[]", "3", ""):
-        assert retries.ledger({"metadata": {"annotations": {retries.LEDGER: raw}}}) == {}
+    for raw in ("{", "[]", "3", "", '{"failed": -1, "last": 3, "notCounted": []}'):
+        assert retries.ledger({"metadata": {"annotations": {retries.LEDGER: raw}}}) == retries.Ledger()
 
 
 # -- restartPolicy ExitCode -------------------------------------------------------------------------------------
@@ -274,6 +277,16 @@ def test_exit_code_1_to_127_fails_at_once_naming_the_code(backend):
     failed = cond(p.status, st.FAILED)
     assert failed["reason"] == retries.R_PERMANENT_EXIT_CODE, failed
     assert "exited with code 3" in failed["message"] and "pi-launcher-abc0" in failed["message"], failed
+
+
+def test_exit_code_permanent_seen_before_the_job_fails():
+    """The pod's exit 3 shows before the Job controller's failure (it batches pod events for 1 s): the
+    MPIJob fails PermanentExitCode at once, never Restarting, never BackoffLimitExceeded."""
+    job, obs = running_state(job_with("ExitCode", backoff=0), "job")
+    obs = with_pods(obs, [failed_launcher(job, code=3), *workers(job, "job")], active=0, ready=0, failed=1)
+    p = run(job, obs, "job")
+    assert cond(p.status, st.FAILED)["reason"] == retries.R_PERMANENT_EXIT_CODE
+    assert cond(p.status, st.RESTARTING) is None and st.R_RESTARTING not in [e[0] for e in events(p)]
 
 
 @pytest.mark.parametrize("code", [137, 128, 255])
@@ -339,7 +352,7 @@ def test_in_place_ledger_binds_the_restarted_attempt():
     job, obs = apply_plan(job, obs, run(job, obs, "job"))  # restart #1 announced, counted
     obs = with_pods(obs, [running_launcher(job, restarts=1, last_code=1), *workers(job, "job", disrupted=0)])
     p = run(job, obs, "job")
-    assert list(json.loads(launcher_patch(p)["metadata"]["annotations"][retries.LEDGER])) == ["pi-launcher-abc0#1"]
+    assert list(not_counted(launcher_patch(p))) == ["pi-launcher-abc0#1"]
     job, obs = apply_plan(job, obs, p)
     obs = with_pods(obs, [running_launcher(job, restarts=2, last_code=205), *workers(job, "job", disrupted=0)])
     p = run(job, obs, "job")
@@ -353,3 +366,65 @@ def test_the_net_follows_an_edited_backoff_limit():
     job = copy.deepcopy(job)
     job["spec"]["runPolicy"]["backoffLimit"] = 5
     assert launcher_patch(run(job, obs, "job")) == {"spec": {"backoffLimit": 5 + rp.NET}}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_disruption_of_a_worker_gone_from_the_cache_still_binds(backend):
+    """On kwok a StatefulSet's evicted pod is gone within a fraction of a second, before the batched
+    reconcile: the controller remembers it (Inputs.disrupted), and the plan binds it all the same."""
+    from reconcilers.plan import plan
+    from reconcilers.types import Inputs
+    from tests.unit.sim import NOW, KeyGen
+
+    job, obs = running_state(job_with(backoff=0), backend)
+    gone = workers(job, backend, disrupted=1)[1]
+    obs = with_pods(obs, [running_launcher(job), workers(job, backend)[0]])
+    p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), disrupted=(gone,)))
+    assert not_counted(launcher_patch(p))["pi-launcher-abc0#0"]["worker"] == "pi-worker-1"
+    # a launcher pod gone the same way is a failed attempt, not counted, announced
+    job, obs = apply_plan(job, obs, p)
+    evicted = running_launcher(job)
+    evicted["status"]["conditions"].append(DT)
+    evicted["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:50Z"
+    evicted["metadata"]["ownerReferences"][0]["uid"] = obs.launcher["metadata"]["uid"]
+    obs = with_pods(obs, workers(job, backend), active=0, ready=0)
+    p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), disrupted=(evicted,)))
+    assert "launcher pod pi-launcher-abc0 was disrupted" in cond(p.status, st.RESTARTING)["message"]
+    assert cond(p.status, st.FAILED) is None
+
+
+def test_in_place_run_waiting_out_the_back_off_is_a_failure_already():
+    """The second run ended (137) and waits out the kubelet's back-off (CrashLoopBackOff: restartCount
+    stays 1 until it starts again, lastState is this run's end): with backoffLimit 1 the MPIJob fails
+    now, before the kubelet starts a third run."""
+    job, obs = running_state(job_with(backoff=1), "statefulset")
+    lau = copy.deepcopy(obs.launcher)
+    lau["spec"]["template"]["spec"]["containers"][0]["restartPolicy"] = "OnFailure"
+    waiting = running_launcher(job, restarts=1, last_code=137)
+    waiting["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    p = run(job, replace(obs, launcher=lau, pods=[waiting, *workers(job, "statefulset")]), "statefulset")
+    failed = cond(p.status, st.FAILED)
+    assert failed["reason"] == "BackoffLimitExceeded" and "failed 2 time(s)" in failed["message"], failed
+    assert "attempt 2 (pod pi-launcher-abc0) exit code 137" in failed["message"], failed
+    # a template that does not restart in place: the run's end is the pod's, counted once it fails
+    p = run(job, replace(obs, pods=[waiting, *workers(job, "statefulset")]), "statefulset")
+    assert cond(p.status or job["status"], st.FAILED) is None
+
+
+def test_a_failed_pod_leaving_the_cache_is_no_news():
+    """Each failed attempt is announced once: when the newest failed pod leaves the cache (a deleted
+    pod goes once the Job counted it), the older one is not announced again."""
+    job, obs = running_state(job_with(backoff=3), "job")
+    a, b = failed_launcher(job, 0, code=1), failed_launcher(job, 1, code=2)
+    a["metadata"]["creationTimestamp"] = "2025-01-01T12:00:00Z"
+    b["metadata"]["creationTimestamp"] = "2025-01-01T12:01:00Z"
+    obs = with_pods(obs, [a, *workers(job, "job")], failed=1)
+    job, obs = apply_plan(job, obs, run(job, obs, "job"))
+    obs = with_pods(obs, [a, b, *workers(job, "job")], failed=2)
+    p = run(job, obs, "job")
+    assert "launcher attempt 2 (pod pi-launcher-abc1) failed: exit code 2" in cond(p.status, st.RESTARTING)["message"]
+    job, obs = apply_plan(job, obs, p)
+    p = run(job, with_pods(obs, [a, *workers(job, "job")], active=0, ready=0), "job")
+    assert st.R_RESTARTING not in [e[0] for e in events(p)], p.events
+    assert json.loads(obs.launcher["metadata"]["annotations"][retries.LEDGER])["seen"] == [
+        "pi-launcher-abc0#0", "pi-launcher-abc1#0"]
