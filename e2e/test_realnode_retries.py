@@ -20,6 +20,10 @@ from testsupport.kubectl import get
 from testsupport.paths import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+# `make test` runs the StatefulSet backend's disruption and exit-code cases (the launcher restarts in
+# place there) and both backends' in_place case; the Job backend's disruption and exit-code cases,
+# which e2e/test_retries_kwok.py also runs on kwok, are marked mpi_matrix (`make e2e-mpis`).
+STS_ONLY = [pytest.param("job", marks=pytest.mark.mpi_matrix), "statefulset"]
 RANKS = 4
 # About 10 s of computing for 4 ranks on 2 busy cores: long enough to lose a worker mid-run, short enough
 # that the retried run (which starts over) ends soon.
@@ -114,13 +118,15 @@ def test_in_place_worker_lost_mid_run_ranks_run_again(kubectl, realnode, openmpi
                and how in m for m in msgs), msgs
 
 
+@pytest.mark.parametrize("backend", STS_ONLY)
 def test_disruption_evicted_launcher_then_worker_with_backoff_limit_0_succeeds(
-        kubectl, realnode, openmpi4, operator, namespace, backend):
+        kubectl, realnode, openmpi4, start_operator, namespace, backend):
     """backoffLimit 0, the Eviction API as `kubectl drain` uses it: the launcher pod evicted mid-run
     (the Job ignores it and makes a new pod), then a worker evicted mid-run (mpirun loses the host
     and fails; the operator saw the worker's DisruptionTarget while that attempt ran and does not
     count it). The MPIJob succeeds, and says why it restarted each time. Prints the times from each
     eviction to all ranks running again."""
+    start_operator(backend, namespace)
     name = "drained"
     apply(kubectl, namespace, mpijob(name, "openmpi4", openmpi4, args=_announcing(), backoff=0, worker_command=SSHD))
     _wait_ranks(kubectl, namespace, name, 0)
@@ -144,17 +150,19 @@ def test_disruption_evicted_launcher_then_worker_with_backoff_limit_0_succeeds(
     assert lj["status"].get("failed", 0) <= 1 and lj["spec"]["backoffLimit"] >= 2, (lj["spec"], lj["status"])
 
 
+@pytest.mark.parametrize("backend", STS_ONLY)
 @pytest.mark.parametrize(("script", "backoff", "reason", "attempts"), [
     ("exit 3", 3, "PermanentExitCode", 1),  # 1-127: permanent, with 3 retries left
     # 137: retried once, counted. SIGKILL to a child: the container's first process (PID 1 of its
     # namespace) ignores a SIGKILL sent from inside. `$$$$`: Kubernetes reads `$$` in args as `$`.
     ("sh -c 'kill -9 $$$$'; exit $?", 1, "BackoffLimitExceeded", 2),
 ])
-def test_exit_code_launcher_exits(kubectl, realnode, openmpi4, operator, namespace, backend, script, backoff,
+def test_exit_code_launcher_exits(kubectl, realnode, openmpi4, start_operator, namespace, backend, script, backoff,
                                   reason, attempts):
     """restartPolicy ExitCode, a launcher alone (no workers): exit 3 fails the MPIJob at once, the
     reason saying the code is permanent and the message naming it; killed by SIGKILL (137) it is
     retried, in place where the StatefulSet backend restarts it so, else in a new pod, and counted."""
+    start_operator(backend, namespace)
     name = "code"
     job = mpijob(name, "openmpi4", openmpi4, args=["sh", "-c", script], backoff=backoff, workers=0)
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "ExitCode"

@@ -10,13 +10,12 @@ podFailurePolicy. Elsewhere the launcher Job makes a new pod per retry, after it
 then doubling).
 
 When (`--launcher-restart`, `Config.launcher_restart`): `auto`, the default, restarts in place with
-the StatefulSet backend only. There a lost worker alone is replaced, Ready again in about 2 s, and
-all ranks ran again 2-3 s after a worker was deleted, against 13 s through a new launcher pod. With
-the Job backend a lost worker makes the operator recreate the worker Job (an Indexed Job never runs
-a completed index again), every worker comes back in 3-4 s, and a launcher restarted at once starts
-before them: with an image that waits for its hosts with a growing backoff (upstream's, ours) the
-ranks ran again 3-32 s after the loss, against 12 s through a new pod after the Job's 10 s backoff
-(docs/figures.md). `in-place` restarts in place with both backends, `new-pod` never.
+the StatefulSet backend only, where a lost worker alone is replaced (Ready again in about 2 s): all
+ranks ran again 2.0-3.8 s after a worker's delete in 13 runs of 18, against 11-13 s through a new
+pod, and 32-48 s in 5 (the launcher restarted before the replacement ran, and its first name lookup
+hung). With the Job backend the operator recreates the worker Job (every worker restarts) and a
+launcher restarted at once waits for them with whatever backoff its image uses: 3-32 s measured.
+`in-place` restarts in place with both backends, `new-pod` never (docs/architecture.md section 10).
 """
 
 from __future__ import annotations
