@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from reconcilers import names, podgroup, workload_gang
+from reconcilers import names
+from reconcilers.gang import podgroup, workload_gang
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ MPIJOBS = Resource.of(names.API_VERSION, "mpijobs", names.KIND)
 # Gang scheduling (--gang-scheduling): scheduler-plugins' and Volcano's PodGroups.
 PODGROUPS = Resource.of(podgroup.SCHEDULER_PLUGINS_API, "podgroups", podgroup.KIND)
 VOLCANO_PODGROUPS = Resource.of(podgroup.VOLCANO_API, "podgroups", podgroup.KIND)
-# --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/workload_gang.py).
+# --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/gang/workload_gang.py).
 WORKLOADS = Resource.of(workload_gang.API, "workloads", workload_gang.WORKLOAD_KIND)
 WORKLOAD_PODGROUPS = Resource.of(workload_gang.API, "podgroups", podgroup.KIND)
 

@@ -33,6 +33,7 @@ from prometheus_client import Counter
 
 from client import connection
 from client.errors import ApiError
+from client.permissions import Fence
 from client.ratelimit import TokenBucket
 
 # How long an Authorization header is reused. Tokens that rotate (in-cluster, exec plugins) are
@@ -143,8 +144,11 @@ def _body(raw: urllib3.BaseHTTPResponse) -> bytes:
 
 class RestClient:
     def __init__(self, api_client: kubernetes.client.ApiClient, qps: float = 20.0, burst: int = 30,
-                 connections: connection.Connections | None = None) -> None:
+                 connections: connection.Connections | None = None, fence: Fence | None = None) -> None:
         self.api_client = api_client
+        # What this client may send (client/permissions.py): the operator's process sets it, so that no
+        # code path sends a request its RBAC does not grant; None for tools and tests.
+        self.fence = fence
         self.qps, self.burst = qps, burst
         self.limiter = TokenBucket(qps, burst)
         self._auth: tuple[float, dict[str, str]] | None = None  # (when asked, headers)
@@ -200,7 +204,7 @@ class RestClient:
         """A client on the same configuration and connection pool with a token bucket of its own:
         leader election renews through one, so that reconciles that use up the controller's bucket
         never delay a renewal (docs/architecture.md section 3.2)."""
-        return RestClient(self.api_client, qps=qps, burst=burst, connections=self._transport())
+        return RestClient(self.api_client, qps=qps, burst=burst, connections=self._transport(), fence=self.fence)
 
     def _prepare(self, path: str, query: dict | None, body: Any, content_type: str,
                  guard: Callable[[], None] | None,
@@ -226,6 +230,8 @@ class RestClient:
     def _exchange(self, method: str, path: str, query: dict | None, body: Any, content_type: str,
                   timeout: float, guard: Callable[[], None] | None, accept: str = "application/json") -> bytes:
         """The body of a 2xx answer to one call; ApiError on any other."""
+        if self.fence is not None:
+            self.fence.check(method, path, query)  # before the throttle: a refused call costs no token
         conns = self._transport()
         if conns is None:
             return _body(self._send(method, path, query, body, content_type, timeout, guard, accept))
@@ -273,9 +279,11 @@ class RestClient:
         data = self._exchange(method.upper(), path, query, body, content_type, timeout, guard, accept)
         return _loads(data) if data else {}
 
-    def get_text(self, path: str, timeout: float = 30) -> str:
-        """A GET of a non-JSON endpoint (the API server's /metrics); raises ApiError on a non-2xx."""
-        return self._exchange("GET", path, None, None, "application/json", timeout, None).decode("utf-8", "replace")
+    def get_text(self, path: str, timeout: float = 30, query: dict | None = None) -> str:
+        """A GET of a non-JSON endpoint (the API server's /metrics, a pod's log); raises ApiError on a
+        non-2xx."""
+        data = self._exchange("GET", path, query, None, "application/json", timeout, None, "text/plain, */*")
+        return data.decode("utf-8", "replace")
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> WatchStream:
         """A watch: GET `path?watch=true&...`; iterate the result for event dicts
@@ -283,6 +291,8 @@ class RestClient:
         timeout: a stream silent for that long raises (urllib3 ReadTimeoutError)."""
         q = dict(query or {})
         q.setdefault("watch", True)
+        if self.fence is not None:
+            self.fence.check("GET", path, q)
         raw = self._send("GET", path, q, None, "application/json", (min(timeout, 30.0), timeout))
         if not 200 <= raw.status <= 299:
             _body(raw)  # raises ApiError with the server's Status

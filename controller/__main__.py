@@ -12,7 +12,9 @@ import sys
 import threading
 import time
 
+from client import permissions
 from client.errors import ApiError
+from client.permissions import Fence
 from client.resources import MPIJOBS, WORKLOAD_PODGROUPS, WORKLOADS
 from client.rest import RestClient
 from controller import config, health, logs
@@ -20,7 +22,7 @@ from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
 from informers.factory import InformerFactory
-from reconcilers import workload_gang
+from reconcilers.gang import workload_gang
 
 log = logs.get("main")
 COMPONENT = "mpi-operator"
@@ -46,6 +48,13 @@ def _wait_for_crd(client: RestClient, stop: threading.Event) -> None:
         except Exception as e:
             log.warning("API server unreachable; retrying", error=str(e))
         stop.wait(5)
+
+
+def fence_of(opts: config.Options) -> Fence:
+    """What this process may send: the grants of manifests/rbac for its flags (client/permissions.py);
+    anything else raises before it is sent, whatever code path asks for it."""
+    lease_ns = opts.leader_election_namespace if opts.leader_elect else None
+    return permissions.operator_fence(opts.namespace, opts.gang_scheduling, lease_ns)
 
 
 def lease_client(client: RestClient) -> RestClient:
@@ -115,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     client = RestClient.from_kubeconfig(opts.kubeconfig, qps=opts.kube_api_qps, burst=opts.kube_api_burst)
+    client.fence = fence_of(opts)
     if opts.master:  # upstream's --master: the API server's address, over the kubeconfig's
         client.api_client.configuration.host = opts.master
     if opts.ignored_flags:

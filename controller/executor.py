@@ -12,8 +12,11 @@ precondition fails, count as done (a stale cache or a racing replica already did
 API server refuses ends the apply and comes back in `Result.refused` (with what was written before
 it), so the controller reports it against the very MPIJob it planned for; so does a child's name held
 by an object this MPIJob does not control (`Result.foreign`). A patch that meets
-NotFound raises ObjectGone (the object was deleted meanwhile: a race, not a refusal). Anything else
-is raised, and the work queue retries the MPIJob with backoff.
+NotFound raises ObjectGone (the object was deleted meanwhile: a race, not a refusal). The status
+write carries the resourceVersion of the MPIJob the plan was made from: one that changed since, or a
+namesake that replaced it, ends the apply at once (`Result.stale`, no retry: only a new plan can fix
+it), before the plan's Events.
+Anything else is raised, and the work queue retries the MPIJob with backoff.
 """
 
 from __future__ import annotations
@@ -62,6 +65,13 @@ class PredecessorChild(Exception):
 class ObjectGone(Exception):
     """A patched object was gone (404): deleted since the cache showed it. The next reconcile, from a
     cache that shows the delete, plans from there; nothing to report (docs/architecture.md section 3.2)."""
+
+
+class StaleStatus(Exception):
+    """The status write met 409 Conflict on its resourceVersion precondition: the MPIJob changed since
+    the cache showed it, or was deleted and re-created under its name (another uid). The status was
+    planned from what is no longer there; the controller plans again from a cache that shows the
+    change (docs/architecture.md section 3.2)."""
 
 
 class Refused(ApiError):
@@ -121,11 +131,12 @@ class Result:
     refused: Refused | None = None  # the write the API server refused; nothing after it was sent
     foreign: ForeignObject | None = None  # a child's name held by an object not ours; nothing after it was sent
     # ("after": the shared children created together are each sent whatever the others' fate)
+    stale: StaleStatus | None = None  # the status write's precondition failed; its Events were not sent
 
     @property
     def stopped(self) -> bool:
         """The apply ended at a write it could not make: the rest of the plan was not sent."""
-        return self.refused is not None or self.foreign is not None
+        return self.refused is not None or self.foreign is not None or self.stale is not None
 
 
 class Executor:
@@ -135,16 +146,24 @@ class Executor:
         # Shared by every reconcile worker; its threads hold a keep-alive connection each.
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="create")
 
-    def _call(self, method: str, path: str, **kw) -> dict:
+    def _call(self, method: str, path: str, stale_on_conflict: bool = False, **kw) -> dict:
         def guard() -> None:
             if not self.is_leader():
                 raise NotLeader(f"{method} {path}")
+
+        def send() -> dict:
+            try:
+                return self.client.request(method, path, guard=guard, metadata_only=True, **kw)
+            except ApiError as e:
+                if stale_on_conflict and e.status == 409:
+                    raise StaleStatus(f"{method} {path}: {e.message}") from e  # not retried
+                raise
 
         # The leader guard holds for every attempt, retries included, and is checked after the
         # client's throttle: a write that waited for a token goes out only if we still lead.
         # Of any answer the executor reads the metadata alone (a write's resourceVersion, an
         # existing child's owners and labels): the server sends nothing else.
-        return RETRYING(lambda: self.client.request(method, path, guard=guard, metadata_only=True, **kw))
+        return RETRYING(send)
 
     def apply(self, mpijob: dict, plan: Plan) -> Result:
         res = Result()
@@ -154,6 +173,8 @@ class Executor:
             res.refused = e
         except ForeignObject as e:
             res.foreign = e
+        except StaleStatus as e:
+            res.stale = e
         return res
 
     def _apply(self, mpijob: dict, plan: Plan, res: Result) -> None:
@@ -304,9 +325,18 @@ class Executor:
         # Only the operator writes status, and expectations keep the cached copy current, so the
         # patch from it also clears what the new status dropped (a merge patch replaces lists whole).
         patch = merge_patch(mpijob.get("status") or {}, status)
+        body: dict = {"status": patch}
+        # The precondition: the resourceVersion the plan was made from. The API server enforces it on
+        # the status subresource (409 Conflict); a metadata.uid in the patch it ignores (v1.37,
+        # measured: the namesake's status is written), so the resourceVersion is the guard against a
+        # namesake too (it is always newer). Never a needless conflict at steady state: a pass plans
+        # only once the cache shows this MPIJob's own last write (expectations), and nothing else
+        # writes it but a user or Kueue, whose change the plan must see (docs/architecture.md 3.2).
+        if meta.get("resourceVersion"):
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         try:
             out = self._call("PATCH", MPIJOBS.path(meta["namespace"], meta["name"], "status"),
-                             body={"status": patch}, content_type=MERGE_PATCH)
+                             stale_on_conflict=True, body=body, content_type=MERGE_PATCH)
         except ApiError as e:
             if e.status == 404:
                 raise ObjectGone(f"MPIJob {meta['namespace']}/{meta['name']} is gone") from e

@@ -8,6 +8,13 @@ taken by anyone else (renew_deadline < lease_duration), and the executor checks 
 write, once the client's throttle let the write go. The elector talks through a client of its own
 (RestClient.with_own_limiter), so reconciles that use up the controller's token bucket never delay
 a renewal (docs/architecture.md section 3.2).
+
+A lapse is final, as in client-go (its renew loop gives up at the renew deadline, OnStoppedLeading
+runs, and the controller managers exit): once the renew deadline passed, a renewal that lands later
+does not make this replica lead again; `run` ends and calls `on_stopped`, and the process exits
+(controller/__main__.py). So a write refused during the lapse (its reconcile dropped) is never
+lost: the next leader, this process restarted or the standby, queues every cached MPIJob. Each
+renewal request is given only the time left before the deadline, so a lapse is acted on at once.
 """
 
 from __future__ import annotations
@@ -48,11 +55,32 @@ class LeaderElector:
         self._observed_record: dict | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # monotonic time of our last successful renew
+        self._lapsed = False  # the renew deadline passed while leading: final
         self._lock = threading.Lock()
 
     def is_leader(self) -> bool:
         with self._lock:
-            return self._renewed_at is not None and self._clock() - self._renewed_at < self.renew_deadline
+            return self._leading()
+
+    def _leading(self) -> bool:
+        """Under the lock. Leading, unless the renew deadline passed since the last renewal: then
+        the lapse is recorded for good (a renewal that lands later changes nothing)."""
+        if self._renewed_at is None or self._lapsed:
+            return False
+        if self._clock() - self._renewed_at >= self.renew_deadline:
+            self._lapsed = True
+            return False
+        return True
+
+    def _timeout(self) -> float:
+        """A request's timeout: the renew deadline; while leading, only the time left before it
+        (client-go bounds the whole renewal by the deadline). 0: no time left, nothing to send."""
+        with self._lock:
+            if self._renewed_at is None:
+                return self.renew_deadline
+            if not self._leading():
+                return 0.0
+            return self._renewed_at + self.renew_deadline - self._clock()
 
     def run(self, on_started: Callable[[], None], on_stopped: Callable[[], None], stop: threading.Event,
             before_release: Callable[[], bool] | None = None) -> None:
@@ -101,8 +129,11 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> bool:
         now = datetime.now(UTC)
+        timeout = self._timeout()
+        if timeout <= 0:
+            return False  # lapsed: final
         try:
-            lease = self.client.request("GET", self._path(self.name), timeout=self.renew_deadline)
+            lease = self.client.request("GET", self._path(self.name), timeout=timeout)
         except ApiError as e:
             if e.status != 404:
                 log.warning("reading the Lease failed", error=str(e))
@@ -135,8 +166,11 @@ class LeaderElector:
 
     def _write(self, method: str, path: str, body: dict) -> bool:
         started = self._clock()  # the Lease counts from when the write was sent, not answered
+        timeout = self._timeout()
+        if timeout <= 0:
+            return False
         try:
-            self.client.request(method, path, body=body, timeout=self.renew_deadline)
+            self.client.request(method, path, body=body, timeout=timeout)
         except ApiError as e:
             if e.status not in (409, 422):
                 log.warning("writing the Lease failed", error=str(e))
@@ -145,6 +179,8 @@ class LeaderElector:
             log.warning("writing the Lease failed", error=str(e))
             return False
         with self._lock:
+            if self._renewed_at is not None and not self._leading():
+                return False  # answered past the renew deadline: the lapse stands, as in client-go
             self._renewed_at = started
         return True
 

@@ -30,16 +30,26 @@ from client.resources import (
     WORKLOADS,
     resource_for,
 )
-from controller import logs, metrics, sshkeys
+from controller import evidence, logs, metrics, sshkeys
 from controller.config import Options
-from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild, Refused, Result
+from controller.executor import (
+    Executor,
+    ForeignObject,
+    NotLeader,
+    ObjectGone,
+    PredecessorChild,
+    Refused,
+    Result,
+    StaleStatus,
+)
 from controller.expectations import Expectations
 from controller.job_memory import JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, news, pace, refusal, retries, status, workload_gang
+from reconcilers import names, news, pace, refusal, retries, status
+from reconcilers.gang import workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan
 
@@ -53,6 +63,11 @@ REFUSAL_RETRY_MAX = 10.0
 # A reconcile running longer than this is hung (a reconcile takes milliseconds; the executor's
 # retries and timeouts bound a slow API server to a few minutes): /healthz fails, the kubelet restarts us.
 WORKER_HANG_SECONDS = 600.0
+# An informer whose cache has not followed the API server for this long (no watch open, no list
+# that succeeded) is stuck: /healthz fails. Well above the reflector's longest backoff (30 s) and
+# the longest Retry-After taken (60 s, client/errors.py), so an API server away for minutes
+# restarts nothing (docs/architecture.md section 3.2).
+INFORMER_STALE_SECONDS = 600.0
 # A pod event reconciles its MPIJob this much later, so that a burst of pod events (the workers of
 # one MPIJob starting together) is one reconcile, not one per pod; MPIJob and child-object events
 # still reconcile at once. Running is read from the Ready pods, so this delay is part of every
@@ -162,7 +177,7 @@ class MPIJobController:
         self.pods.add_event_handler(
             on_add=self._enqueue_pod_owner,
             on_update=lambda old, new: self._enqueue_pod_owner(new),
-            on_delete=lambda obj: self._enqueue_pod_owner(_unwrap(obj), gone=True),
+            on_delete=lambda obj: self._pod_deleted(_unwrap(obj)),
         )
         for inf in self._children():
             if inf is self.pods:
@@ -246,7 +261,19 @@ class MPIJobController:
         would find nothing to do (reconcilers/news.py)."""
         return self.expectations.echo(owner, _obj_key(plural, obj), (obj.get("metadata") or {}).get("resourceVersion"))
 
-    def _enqueue_pod_owner(self, pod: dict, gone: bool = False) -> None:
+    def _pod_deleted(self, pod: dict) -> None:
+        """A worker pod's delete is remembered for its MPIJob's next plan: a StatefulSet can replace
+        it before a reconcile sees it deleting (reconcilers/workerloss.py)."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if self._active and labels.get(names.JOB_ROLE_LABEL) == "worker":
+            for key in _pod_owner(pod):
+                job = self.mpijobs.store.get(key)
+                if job is not None:
+                    with self.memory.lock:
+                        self.memory.of(key, job["metadata"].get("uid")).gone_workers.append(pod)
+        self._enqueue_pod_owner(pod)
+
+    def _enqueue_pod_owner(self, pod: dict) -> None:
         if not self._active:
             return
         now = time.monotonic()
@@ -283,13 +310,20 @@ class MPIJobController:
             t.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def healthy(self, hang_s: float | None = None) -> tuple[bool, str]:
+    def healthy(self, hang_s: float | None = None, stale_s: float | None = None,
+                now: float | None = None) -> tuple[bool, str]:
         """For /healthz: false when this process cannot do its job, so the kubelet restarts it: an
-        informer stopped (its list/watch or resync thread gone), a worker thread dead, or a
-        reconcile running longer than `hang_s` (a worker hung)."""
-        stopped = [inf.name for inf in [self.mpijobs, *self._children()] if inf.dead()]
+        informer stopped (its list/watch or resync thread gone) or stale (its cache not following
+        the API server for more than `stale_s`: never synced, or failing since), a worker thread
+        dead, or a reconcile running longer than `hang_s` (a worker hung). `now`: monotonic time."""
+        informers = [self.mpijobs, *self._children()]
+        stopped = [inf.name for inf in informers if inf.dead()]
         if stopped:
             return False, f"informers stopped: {', '.join(stopped)}"
+        stale_s = INFORMER_STALE_SECONDS if stale_s is None else stale_s
+        stale = [f"{inf.name} for {s:.0f}s" for inf in informers if (s := inf.stale_for(now)) > stale_s]
+        if stale:
+            return False, f"informers not synced with the API server (more than {stale_s:.0f}s): {', '.join(stale)}"
         if self._active and not self.queue.shutting_down():
             dead = [t.name for t in self._threads if not t.is_alive()]
             if dead:
@@ -317,7 +351,9 @@ class MPIJobController:
             if self.sync(key):
                 self.queue.forget(key)
         except NotLeader:
-            log.warning("not the leader any more: dropping the reconcile")
+            # Only a lapse of the Lease, which is final (controller/leader.py): the process stops
+            # leading and exits, and the next leader queues every cached MPIJob, this one included.
+            log.warning("not the leader any more: the next leader reconciles this MPIJob")
         except PredecessorChild as e:
             log.info("waiting for the garbage collector to remove a deleted namesake's child", detail=str(e))
             self.queue.add_after(key, 1.0)
@@ -371,6 +407,14 @@ class MPIJobController:
             # MPIJob no event), inside the queue's overall rate (workqueue.MaxOfRateLimiter.when_capped).
             self.queue.add_rate_limited(key, item_cap=REFUSAL_RETRY_MAX)
 
+    def _stale(self, key: str, e: StaleStatus) -> bool:
+        """The status was planned from an MPIJob that changed since, or that a namesake replaced: plan
+        again, once the cache shows the change (its event is on the way; the backoff covers a cache
+        that is slow to show it)."""
+        log.info("the MPIJob changed since the plan was made; planning again", detail=str(e))
+        self.queue.add_rate_limited(key)
+        return False
+
     def _taken(self, key: str, mem: JobMemory, e: ForeignObject) -> bool:
         """A child's name is held by a foreign object. The plan reports it (condition + Event) from
         the next pass on; the name is looked at again every few seconds, since no informer shows an
@@ -407,8 +451,11 @@ class MPIJobController:
         cached = {(p.get("metadata") or {}).get("uid") for p in observed.pods}
         disrupted = tuple(p for p in self.memory.disrupted(mem, time.monotonic())
                           if (p.get("metadata") or {}).get("uid") not in cached)
+        with self.memory.lock:  # the pod informer's thread appends to it
+            gone = tuple(mem.gone_workers)
         inputs = Inputs(mpijob, observed, self.config, self.now(), self.keygen, refusal=last,
-                        taken=taken, settle_s=self._settle(mem, mpijob), disrupted=disrupted)
+                        taken=taken, settle_s=self._settle(mem, mpijob), reports=dict(mem.reports),
+                        gone_workers=gone, disrupted=disrupted)
         plan = make_plan(inputs)
         showing = last is not None and not mem.refusal_shown
         if showing:
@@ -423,6 +470,8 @@ class MPIJobController:
         finally:
             if self.memory.peek(key) is None:
                 self.memory.forget(key)  # deleted while we worked: drop the series we may have set
+        if result.stale is not None:
+            return self._stale(key, result.stale)
         if result.foreign is not None:
             return self._taken(key, mem, result.foreign)
         if result.refused is not None:
@@ -430,6 +479,9 @@ class MPIJobController:
         if showing:
             return self._shown(key, mem)
         self._held(mem, plan.held)
+        with self.memory.lock:  # planned and applied: those deletes are in the status now, if they mattered
+            mem.gone_workers = [p for p in mem.gone_workers if not any(p is g for g in gone)]
+        self._read_logs(key, mem, plan)
         if last is not None and not last.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
             mem.refusal = None
@@ -450,7 +502,7 @@ class MPIJobController:
             for ok, uid in result.gone.items():
                 if ok[0] != MPIJOBS.plural:
                     self.expectations.expect_gone(key, ok, uid)
-            for ev in plan.events:
+            for ev in plan.events if not result.stopped else []:  # an apply that stopped sent none
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
@@ -469,6 +521,15 @@ class MPIJobController:
                 metrics.job_not_running_since.remove(ns, name)
         else:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
+
+    def _read_logs(self, key: str, mem: JobMemory, plan: Plan) -> None:
+        """The launcher logs the verdict waits on (reconcilers/workerloss.py judge): read once each,
+        then plan again with what they said."""
+        todo = [r for r in plan.read_logs if r.uid not in mem.reports]
+        for want in todo:
+            mem.reports[want.uid] = evidence.read(self.executor.client, want)
+        if todo:
+            self.queue.add(key)
 
     def _settle(self, mem: JobMemory, mpijob: dict) -> float:
         bringing_up = pace.bringing_up(mpijob)

@@ -50,6 +50,21 @@ def realnode(kubectl) -> str:
 
 
 @pytest.fixture(scope="session")
+def mpi_image(realnode):
+    """mpi_image(flavour) -> the image reference, built (cached) and imported into the real node."""
+    from realnode_mpi import load_images
+
+    refs: dict[str, str] = {}
+
+    def get(flavour: str) -> str:
+        if flavour not in refs:
+            refs.update(load_images(CLUSTER_DIR, flavour))
+        return refs[flavour]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def crd(kubectl) -> None:
     install_crd(kubectl)
 
@@ -66,11 +81,13 @@ def backend(request) -> str:
 
 @pytest.fixture
 def start_operator(crd, operator_kubeconfig, tmp_path) -> Iterator:
-    """start_operator(backend, namespace, *extra_args) -> Operator; all stopped at the end."""
+    """start_operator(backend, namespace, *extra_args) -> Operator; all stopped at the end. `kubeconfig`:
+    another identity than the ServiceAccount of manifests/rbac (a namespaced one, say)."""
     started: list[Operator] = []
 
-    def start(backend: str, namespace: str, *extra: str, name: str = "op") -> Operator:
-        op = Operator(operator_kubeconfig, backend, namespace, tmp_path / f"{name}-{len(started)}.log", extra)
+    def start(backend: str, namespace: str, *extra: str, name: str = "op", kubeconfig: str | None = None) -> Operator:
+        op = Operator(kubeconfig or operator_kubeconfig, backend, namespace, tmp_path / f"{name}-{len(started)}.log",
+                      extra)
         started.append(op)
         op.wait_ready()
         return op

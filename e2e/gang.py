@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconcilers import names
-from reconcilers import podgroup as pg
+from reconcilers.gang import podgroup as pg
 from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import apply, conditions, items, pods, wait_condition, wait_established
 from testsupport.net import free_port

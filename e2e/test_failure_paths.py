@@ -68,13 +68,14 @@ def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, names
 
 
 def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_worker_lost(kubectl, operator, namespace, backend):
-    """What Open MPI 5's mpirun (PRRTE) does when a worker's daemon is lost: it exits 0 (section 9 of
+    """What Open MPI 5's mpirun (PRRTE) does when a worker's daemon is lost: it exits 0 (section 9.1 of
     docs/architecture.md). Worker 1 is deleted while the launcher runs (kwok plays its sshd exiting
     0, as the real node does); it comes back under its name and the MPIJob is Running again, which
-    clears Restarting; only then does the launcher exit 0. The MPIJob ends Failed/WorkerLostDuringRun,
-    never Succeeded, on both backends however fast the replacement (the StatefulSet's, on kwok, is
-    often faster than a reconcile). Deleted 3 s after Running: a replacement is told from a worker of
-    the bring-up by its creation 2 s or more after Running (reconcilers/workerloss.py)."""
+    clears Restarting; only then does the launcher exit 0. The loss was recorded (WorkerLost, naming
+    the launcher pod, however fast the StatefulSet's replacement: the delete event is remembered), so
+    the exit 0 waits for the launcher's log; a simulated node serves none (its kubelet port refuses),
+    and a log that cannot be read is never a success: Failed/WorkerLostDuringRun, saying so. The
+    real-node tests read the real log (e2e/test_verdict.py, e2e/test_realnode_mpis.py)."""
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="25s"))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     time.sleep(3)
@@ -97,6 +98,7 @@ def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_worker_lost(kubectl,
     failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
     assert failed["reason"] == "WorkerLostDuringRun", failed
     assert "Succeeded" not in conditions(kubectl, namespace, "pi")
+    assert "its log could not be read" in failed["message"], failed
     assert any(e["type"] == "Warning" and "spec.mpiImplementation" in e["message"]
                for e in events(kubectl, namespace, "pi")), events(kubectl, namespace, "pi")
     print(f"\n[{backend}] worker lost -> back and Running {back:.1f}s; record: {conds['WorkerLost']['message']}")

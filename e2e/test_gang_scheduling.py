@@ -4,7 +4,7 @@ A pool of kwok nodes of this test's own (3 nodes x 2 CPUs) holds one MPIJob of 4
 launcher and 3 workers) at a time, not two. MPIJob A runs; B is submitted while A holds the pool:
 - with gang scheduling (the scheduler-plugins scheduler, started by a fixture), no pod of B is bound
   while A runs, B shows WaitingForGang, and once A is done B's 4 pods are bound together, woken by
-  A's PodGroup marked released (reconcilers/gang.py) rather than the scheduler's periodic retry;
+  A's PodGroup marked released (reconcilers/gang/lifecycle.py) rather than the scheduler's periodic retry;
 - without it (the default scheduler), B gets 2 of its 4 pods bound while A runs: the partial
   placement that, with two such jobs placed at once, leaves each holding half a gang forever.
 Each run prints the time from A's end to all of B's pods bound, and the operator's API writes.
@@ -38,7 +38,7 @@ from gang import (
     succeeded,
 )
 
-from reconcilers import podgroup as pg
+from reconcilers.gang import podgroup as pg
 from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, pods, wait_condition
 from testsupport.waiting import wait_until

@@ -189,3 +189,29 @@ def test_invalid_spec_beyond_the_schema_is_failed_with_event(kubectl, operator, 
     evs = [e for e in events(kubectl, namespace, "nocontainers") if e["reason"] == "InvalidSpec"]
     assert evs and evs[0]["type"] == "Warning" and "containers" in evs[0]["message"], evs
     assert not items(kubectl, namespace, "configmap", f"{JOB_NAME_LABEL}=nocontainers")
+
+
+# -- least privilege: the namespaced Role (manifests/rbac-namespaced/, issue 36 item 9) ----------------------
+
+
+def test_least_privilege_runs_an_mpijob_with_the_namespaced_role_alone(kubectl, crd, namespace, tmp_path,
+                                                                     start_operator, backend):
+    """The operator with --namespace, authenticated as a ServiceAccount that holds the shipped
+    namespaced Role and nothing cluster-wide, runs an MPIJob to Succeeded (creates, patches, status,
+    Events, the pod informer), and is refused Secrets elsewhere."""
+    from testsupport.kubectl import namespaced_service_account_kubeconfig
+
+    kc = namespaced_service_account_kubeconfig(kubectl, namespace, tmp_path / "kubeconfig")
+    op = start_operator(backend, namespace, f"--leader-election-namespace={namespace}", kubeconfig=kc)
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="3s"))
+    wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
+    assert wait_event(kubectl, namespace, "pi", "MPIJobSucceeded", "Normal")
+    log = op.tail(4000)
+    assert "forbidden" not in log.lower() and "Unpermitted" not in log, log
+    sa = f"system:serviceaccount:{namespace}:mpi-operator"
+    for verb, res, where in (("list", "secrets", "default"), ("get", "secrets", "kube-system"),
+                             ("list", "secrets", ""), ("list", "pods", "default")):
+        r = kubectl("auth", "can-i", verb, res, f"--as={sa}", *(["-n", where] if where else ["-A"]), check=False)
+        assert r.stdout.strip() == "no", (verb, res, where, r.stdout)
+    r = kubectl("auth", "can-i", "list", "secrets", f"--as={sa}", "-n", namespace, check=False)
+    assert r.stdout.strip() == "yes"

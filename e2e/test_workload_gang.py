@@ -36,8 +36,8 @@ from gang import (
     run_a_then_b,
 )
 
-from reconcilers import podgroup as pg
-from reconcilers import workload_gang as wg
+from reconcilers.gang import podgroup as pg
+from reconcilers.gang import workload_gang as wg
 from testsupport.builders import simulated_mpijob as mpijob
 from testsupport.kubectl import MPIJOBS, apply, conditions, events, get, items, pods, wait_condition, wait_established
 from testsupport.operator_process import Operator

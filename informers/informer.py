@@ -132,6 +132,13 @@ class SharedInformer:
         no longer follows the API server (for /healthz). Not yet started is not dead."""
         return self._stopped or (self._started and not all(t.is_alive() for t in self._threads))
 
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds its cache has not followed the API server (Reflector.stale_for): 0 before start
+        and after stop (dead() says so), for /healthz."""
+        with self._lock:
+            running = self._started and not self._stopped
+        return self.reflector.stale_for(now) if running else 0.0
+
     def has_synced(self) -> bool:
         """True once the first list is in the Store and its events went to the handlers."""
         return self._synced.is_set()

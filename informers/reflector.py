@@ -9,13 +9,21 @@ resourceVersion, and keep doing so.
   makes it relist; the consumer then computes adds, updates and tombstones.
 - Connection errors (refused, reset, a read timeout of ~80 s on a dead stream) back off from 0.8 s
   doubling to 30 s with jitter, then watch again from the last resourceVersion. The backoff is
-  reset by a list, and by a watch that proves good: one that delivers an event or lasts
-  MIN_GOOD_WATCH_SECONDS. A watch that the server (or a proxy) answers and closes at once with no
+  reset only by a watch that proves good: one that delivers a real event (not an ERROR) or lasts
+  MIN_GOOD_WATCH_SECONDS without an error; never by a list, which proves nothing about the watch
+  that follows it. A watch that the server (or a proxy) answers and closes at once with no
   event is a failure, as in client-go ("very short watch"): it backs off, growing, instead of
   re-opening in a hot loop. A reflector back online calls
   `on_reconnect`: the factory then wakes its other reflectors still sleeping off connection errors
   (`retry_now`), so that no cache stays behind for a backoff once the network is back.
-- Other API errors (403, 500...) back off, then relist.
+- Other API errors (403, 500...) back off, then relist. A watch refused at once (RBAC that allows
+  list but not watch, a proxy answering 400 or 405), by its HTTP status or by an ERROR event, so
+  relists after 0.8 s, 1.6 s, ... up to 30 s, as client-go's reflector does, not every second.
+- A Retry-After (429, 5xx) is a floor under the backoff, not a replacement for it: the server's
+  ask (client.errors clamps it to at most a minute) is honoured, and a server that asks for 1 s
+  every time still sees the delays grow.
+- `stale_for(now)`: how long the cache has not been following the API server (no watch open and
+  no list since), for /healthz (docs/architecture.md section 3.2).
 
 It talks to its consumer through two callbacks, called on its own thread:
 `on_list(items, resource_version, initial)` and `on_event(type, obj)`.
@@ -109,6 +117,9 @@ class Reflector:
         self.backoff = backoff or Backoff()
         self.last_resource_version = ""
         self.last_rv_time = time.monotonic()
+        # When the cache last followed the API server: a list that succeeded, a watch that opened or
+        # ended (stale_for). Counted from the start of run(), so a first list that never succeeds shows.
+        self._last_ok = time.monotonic()
         self.lists = 0
         self.watches = 0
         self.current_stream: WatchStream | None = None
@@ -135,9 +146,22 @@ class Reflector:
         if self._offline:
             self._wake.set()
 
-    def _online(self, reset: bool = True) -> None:
-        if reset:
-            self.backoff.reset()
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds the cache has not followed the API server: 0 while a watch is open, else the time
+        since the last list that succeeded or watch that was open (for /healthz)."""
+        with self._lock:
+            if self.current_stream is not None:
+                return 0.0
+            last = self._last_ok
+        return max(0.0, (time.monotonic() if now is None else now) - last)
+
+    def _followed(self) -> None:
+        self._last_ok = time.monotonic()
+
+    def _online(self) -> None:
+        """The API server answered. The backoff is not reset here: only a watch that proved good
+        resets it (_watch), so that a list that succeeds before a watch refused at once does not
+        make every relist come 0.8-1.6 s after the last, forever (issue 36)."""
         if self._offline:
             self._offline = False
             if self.on_reconnect is not None:
@@ -156,6 +180,7 @@ class Reflector:
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
         need_list = True
+        self._followed()  # staleness counts from the start, not from the reflector's creation
         while not self._stop.is_set():
             try:
                 if need_list:
@@ -175,7 +200,7 @@ class Reflector:
                 self._sleep(delay)
             except _Throttled as e:
                 metrics.watch_errors_total.labels(self.name, "throttled").inc()
-                delay = e.retry_after or self.backoff.next()
+                delay = self._delay(e.retry_after)
                 log.warning("%s: watch refused (%s); watching again in %.1fs", self.name, e, delay)
                 self._sleep(delay)
             except _WatchFailed as e:
@@ -186,7 +211,7 @@ class Reflector:
             except ApiError as e:  # a failed list
                 metrics.watch_errors_total.labels(self.name, "list").inc()
                 log.warning("%s: list failed: %s", self.name, e)
-                self._sleep(e.retry_after or self.backoff.next())
+                self._sleep(self._delay(e.retry_after))
             except CONNECTION_ERRORS as e:
                 if self._stop.is_set():
                     break
@@ -203,6 +228,10 @@ class Reflector:
                 metrics.watch_errors_total.labels(self.name, "unexpected").inc()
                 need_list = True
                 self._sleep(self.backoff.next())
+
+    def _delay(self, retry_after: float | None) -> float:
+        """The next backoff, at least the server's Retry-After (already clamped to (0, 60] s)."""
+        return max(retry_after or 0.0, self.backoff.next())
 
     def _count_event(self, typ: str) -> None:
         counter = self._event_counters.get(typ)
@@ -264,6 +293,7 @@ class Reflector:
             metrics.relist_total.labels(self.name).inc()
         self.on_list(items, rv, initial)
         self._set_rv(rv)
+        self._followed()
         self._online()
 
     def _watch(self) -> None:
@@ -287,35 +317,39 @@ class Reflector:
             raise _WatchFailed(str(e)) from e
         with self._lock:
             self.current_stream = stream
+        self._followed()
         if self._stop.is_set():
             stream.close()
             return
         # The server answered: the connection is back (wake the other reflectors). The backoff is
-        # reset once the watch proves good (an event, or MIN_GOOD_WATCH_SECONDS), not on opening: a
-        # server that closes every watch at once would otherwise be asked again in a hot loop.
-        self._online(reset=False)
-        opened, events = time.monotonic(), 0
+        # reset once the watch proves good (a real event, or MIN_GOOD_WATCH_SECONDS without an
+        # error), not on opening: a server that closes every watch at once, or refuses it with an
+        # ERROR event, would otherwise be asked again in a hot loop.
+        self._online()
+        opened, events, good, errored = time.monotonic(), 0, False, False
         try:
             for ev in stream:
                 if self._stop.is_set():
                     return
-                if not events:
-                    self.backoff.reset()
                 events += 1
                 typ = ev.get("type")
                 obj = ev.get("object") or {}
                 self._count_event(typ or "")
                 if typ == "ERROR":
+                    errored = True
                     err = ApiError.from_status(obj)
                     if is_expired(err):
                         raise _Expired(str(err))
                     raise _WatchFailed(str(err))
+                if typ not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+                    log.warning("%s: unknown watch event type %r", self.name, typ)
+                    continue
+                if not good:
+                    good = True
+                    self.backoff.reset()  # a real event: the watch works
                 rv = (obj.get("metadata") or {}).get("resourceVersion") or ""
                 if typ == "BOOKMARK":
                     self._set_rv(rv)
-                    continue
-                if typ not in ("ADDED", "MODIFIED", "DELETED"):
-                    log.warning("%s: unknown watch event type %r", self.name, typ)
                     continue
                 self.on_event(typ, self._prepare(obj))
                 self._set_rv(rv)
@@ -323,8 +357,9 @@ class Reflector:
             with self._lock:
                 if self.current_stream is stream:
                     self.current_stream = None
+            self._followed()
             stream.close()
-            if not events and time.monotonic() - opened >= MIN_GOOD_WATCH_SECONDS:
+            if not (good or errored) and time.monotonic() - opened >= MIN_GOOD_WATCH_SECONDS:
                 self.backoff.reset()  # a quiet watch that lasted: a cut now starts from the shortest delay
         if not events and not self._stop.is_set() and time.monotonic() - opened < MIN_GOOD_WATCH_SECONDS:
             raise _ClosedAtOnce(f"the server closed the watch after {time.monotonic() - opened:.3f}s without "

@@ -13,9 +13,10 @@ import base64
 import hashlib
 import json
 
-from reconcilers import names, podgroup, restartpolicy, workload_gang
+from reconcilers import names, restartpolicy
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
+from reconcilers.gang import podgroup, workload_gang
 from reconcilers.types import Config, Obj, SSHKey
 
 HOSTFILE_DIR = "/etc/mpi"
@@ -26,6 +27,11 @@ CONFIG_VOLUME = "mpi-job-config"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 # A lost worker of the Job backend must be replaced, never fail the worker Job.
 WORKER_JOB_BACKOFF_LIMIT = 2**31 - 1
+# The largest activeDeadlineSeconds the Job controller can count: it computes
+# `time.Duration(ads) * time.Second` in int64 nanoseconds, which wraps above this (292 years), and a
+# wrapped, negative deadline fails the Job at once. A longer deadline is left to the MPIJob's own
+# (reconcilers/outcome.py `deadline`), which stops the launcher when due (docs/architecture.md 3).
+MAX_JOB_DEADLINE_S = (2**63 - 1) // 10**9
 SSH_CONNECT_ARGS = "-o ConnectionAttempts=10"
 # The pod's interface on the pod network (the CRI runtimes name it so). Hydra's proxies on the
 # workers dial back to the launcher by its hostname unless told an interface, whose address they
@@ -414,8 +420,9 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     }
     if failure_policy is not None:
         spec["podFailurePolicy"] = failure_policy
-    if rp.get("activeDeadlineSeconds") is not None:
-        spec["activeDeadlineSeconds"] = rp["activeDeadlineSeconds"]
+    ads = rp.get("activeDeadlineSeconds")
+    if ads is not None and ads <= MAX_JOB_DEADLINE_S:
+        spec["activeDeadlineSeconds"] = ads
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -7,7 +7,8 @@ Pure functions over a JobContext (what is observed) and a Draft (what is being d
 - `name_clash`: Failed/ResourceExists while an object not ours holds one of our names (no
   completionTime, so no TTL), cleared once the name is free.
 - `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; Failed/WorkerLostDuringRun
-  for an Open MPI launcher that exited 0 although a worker was lost while it ran.
+  for an Open MPI launcher that exited 0 after a worker's loss that its own log shows cut ranks
+  short (reconcilers/workerloss.py judges, reconcilers/evidence.py reads the evidence).
 - `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
 - `ttl`: ttlSecondsAfterFinished from status.completionTime.
 One Event per transition, never per reconcile.
@@ -15,12 +16,14 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from reconcilers import refusal, retries, status, workerloss
+from reconcilers import evidence, refusal, retries, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
+
+# How soon a verdict that waits on the launcher's log (or on the pod cache) is looked at again, in
+# case the controller's read brings no event (the read itself requeues at once).
+EVIDENCE_RECHECK_SECONDS = 2.0
 
 
 def _failed_reason(draft: Draft) -> str | None:
@@ -74,40 +77,34 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    lost = worker_lost_during_run(ctx, draft) if kind == status.SUCCEEDED else None
-    if lost:
+    judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
+    if judged.wait:
+        # The launcher's own report decides (reconcilers/evidence.py): read its log, then plan again.
+        if judged.read is not None:
+            draft.plan.read_logs.append(judged.read)
+        draft.requeue(EVIDENCE_RECHECK_SECONDS)
+        return
+    if judged.cut_short:
         draft.fail(status.R_WORKER_LOST, (
-            f"MPIJob {ctx.key}: the launcher exited 0, but {lost} while it ran, so ranks may never have "
-            "finished: Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher "
-            "Job cannot retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not "
-            "apply). Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is "
-            "retried."), when)
+            f"MPIJob {ctx.key}: the launcher exited 0, but {judged.cut_short}, so ranks did not all finish: "
+            "Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher Job cannot "
+            "retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not apply). "
+            "Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is retried; "
+            f"a launcher that recovers from losses itself can set the annotation "
+            f"{evidence.WORKER_LOSS_ANNOTATION}: {evidence.EXIT_CODE}."), when)
     elif kind == status.SUCCEEDED:
-        msg = f"MPIJob {ctx.key} successfully completed."
+        msg = f"MPIJob {ctx.key} successfully completed.{judged.note}"
         if draft.condition(status.SUCCEEDED, "True", status.R_SUCCEEDED, msg):
             draft.event("Normal", status.R_SUCCEEDED, msg)
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
-        workerloss.drop(draft)  # a record left of an earlier attempt: this one lost no worker
+        workerloss.drop(draft)  # the loss, if any, cut no rank short: the launcher's log says so
     elif (permanent := retries.permanent_exit(ctx, reason, message)) is not None:
         draft.fail(*permanent, when)  # restartPolicy ExitCode: the reason names the exit code's class
     else:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)
     not_running_if_never_ran(draft, when)
-
-
-def worker_lost_during_run(ctx: JobContext, draft: Draft) -> str | None:
-    """What shows that a worker was lost while the launcher pod that Succeeded ran (reconcilers/
-    workerloss.py, docs/architecture.md section 9). Only an MPI whose mpirun exits 0 after losing a
-    host gets here (Open MPI 5): the others' launcher fails, and the Job retries it."""
-    if not workerloss.applies(ctx):
-        return None
-    done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
-    if not done:
-        return None
-    pod = max(done, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    return workerloss.lost_during(ctx, draft, pod)
 
 
 def not_running_if_never_ran(draft: Draft, when: str | None) -> None:
@@ -141,7 +138,9 @@ def deadline(ctx: JobContext, draft: Draft) -> None:
     start = status.parse_time(draft.status.get("startTime"))
     if ads is None or start is None or ctx.run_policy.get("suspend"):
         return
-    due = start + timedelta(seconds=ads)
+    due = status.later(start, ads)
+    if due is None:
+        return  # beyond year 9999: a deadline that never comes (not a crash, issue 36)
     if ctx.now >= due:
         draft.fail(status.R_DEADLINE, f"MPIJob {ctx.key} ran longer than runPolicy.activeDeadlineSeconds "
                    f"({ads}s); raise it if the job needs more time")
@@ -155,7 +154,9 @@ def ttl(ctx: JobContext, draft: Draft) -> None:
     done = status.parse_time(draft.status.get("completionTime"))
     if seconds is None or done is None:
         return
-    due = done + timedelta(seconds=seconds)
+    due = status.later(done, seconds)
+    if due is None:
+        return  # beyond year 9999: never
     if ctx.now >= due:
         draft.plan.delete_mpijob = True
     else:

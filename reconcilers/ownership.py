@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconcilers import desired, names, podgroup
+from reconcilers import desired, names
+from reconcilers.gang import podgroup
 from reconcilers.types import Obj, Observed
 
 

@@ -7,7 +7,8 @@ Order of decisions:
    children. A later valid spec clears that condition and the job proceeds.
 4. A child of one of our names exists but is not controlled by this MPIJob (name clash, or a
    namesake of an older MPIJob with another uid): Failed/ResourceExists + a Warning Event; the object
-   is never adopted, patched or deleted.
+   is never adopted, patched or deleted. Not an end: nothing is created, and children that run are
+   left running (a suspend still stops them) until the name is free.
 5. Finished (Succeeded or Failed True): nothing is created; workers are stopped per cleanPodPolicy
    (Running/All: StatefulSet replicas 0 or worker Job suspended; All also deletes leftover pods, the
    launcher's included; None: left as they are) whatever the reason of the end; an unfinished
@@ -24,7 +25,7 @@ Each policy is a module of pure functions over one JobContext (reconcilers/conte
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
 refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang.py (PodGroup, Workload). This module keeps
+workers, launcher), takeover.py (upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps
 the order of decisions and the state dispatch.
 
 Expressed in the Plan:
@@ -44,7 +45,7 @@ from reconcilers import (
     context,
     desired,
     diff,
-    gang,
+    elastic,
     outcome,
     ownership,
     predecessor,
@@ -56,6 +57,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
+from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
 
@@ -112,22 +114,16 @@ def _run(inputs: Inputs) -> Plan:
         _start_or_resume(ctx, draft)
     # The launcher's failed attempts, told apart by cause (reconcilers/retries.py).
     accounts = retries.account(ctx, active=not draft.finished() and not suspend)
-    if not draft.finished():
-        outcome.launcher_outcome(ctx, draft)
-    if not draft.finished():
-        ended = retries.verdict(ctx, accounts.fails)
-        if ended:
-            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
-            outcome.not_running_if_never_ran(draft, None)
-    if not draft.finished():
-        outcome.deadline(ctx, draft)
+    _outcomes(ctx, draft, accounts)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
     draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=False)
 
-    if draft.finished():
+    if _clash_held(draft):
+        _held(ctx, draft, suspend)
+    elif draft.finished():
         _finished(ctx, draft)
     elif suspend:
         _suspended(ctx, draft)
@@ -149,7 +145,8 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     children.shared_children(ctx, draft)
-    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang.py)
+    elastic.refresh_launchers(ctx, draft)
+    if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)
 
@@ -157,23 +154,24 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     workers_ready = children.workers_ready(ctx)
     running = ctx.launcher is not None and children.launcher_running(ctx) and workers_ready
     # Open MPI 5's mpirun exits 0 after losing a worker: remember the loss past Running (workerloss.py).
-    workerloss.record(ctx, draft, children.ready_workers(ctx))
+    workerloss.record(ctx, draft)
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}
-    # A worker pod that ended either way (a stopped sshd exits 0) is lost while the MPIJob runs; one
-    # that a suspend stopped is not (the resume starts afresh).
-    worker_failed = any(ownership.ended(p) for p in workerloss.current_workers(ctx, draft.status))
-    worker_lost = status.is_true(draft.old_status, status.RUNNING) and not workers_ready
+    # A worker pod that ended either way (a stopped sshd exits 0), is being deleted or was deleted is
+    # lost while the MPIJob runs; one that a suspend stopped is not (the resume starts afresh). A
+    # Ready count that falls is no loss: a node missing heartbeats, a flapping probe (section 9.1).
+    lost = workerloss.lost_now(ctx, draft.status)
+    job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
-    lost = retries.lost_workers(ctx)
+    described = retries.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
     announcing = accounts.new_failure and not launcher_done and newest is not None
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
         draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=True)
-        msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, lost)
+        msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, described)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
@@ -186,19 +184,29 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry and accounts.fails:
         # the newest failure, announced already: its message stays (the Job's count alone says less)
-        msg = retries.restarting(ctx, accounts.fails, accounts.fails[-1], accounts.book.failed, lost)
+        msg = retries.restarting(ctx, accounts.fails, accounts.fails[-1], accounts.book.failed, described)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    elif launcher_retry or worker_failed or worker_lost:
-        why = (f"the launcher failed {lst.get('failed')} time(s); it runs again (runPolicy.backoffLimit)"
-               if launcher_retry else
-               ("; ".join(lost) or status.WORKER_LOST_WHY) + "; the launcher runs again once the workers are back")
-        msg = f"MPIJob {ctx.key} is restarting: {why}."
+    elif launcher_retry or lost or job_lost:
+        why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
+               else "; ".join(described) if described else f"worker {', '.join(lost)} was lost" if lost
+               else str(job_lost))
+        msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
         retries.sync(ctx, draft, accounts, announcing)
     gang.gang_wait(ctx, draft, running)
+
+
+def _worker_job_lost(ctx: JobContext, draft: Draft) -> str | None:
+    """A Running MPIJob's worker Job that counts an ended index: a worker lost whose pod the cache no
+    longer shows (an Indexed Job never reruns a completed index: children.workers_lost)."""
+    workers = ctx.workers
+    if not (status.is_true(draft.old_status, status.RUNNING) and ctx.owned(workers)
+            and workers.get("kind") == "Job" and not ownership.deleting(workers)):
+        return None
+    return children.workers_lost(ctx, workers)
 
 
 def _suspended(ctx: JobContext, draft: Draft) -> None:
@@ -211,6 +219,56 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     workerloss.drop(draft)  # the launcher's pod is stopped: that attempt is over
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.shared_children(ctx, draft)
+    children.sync_workers(ctx, draft, running=False)
+    children.sync_launcher(ctx, draft, running=False)
+
+
+def _clash_condition(draft: Draft) -> dict | None:
+    """Failed/ResourceExists: not an end (no completionTime), the job waits for the name to be free."""
+    failed = status.get_condition(draft.status, status.FAILED)
+    if failed is not None and failed.get("status") == "True" and failed.get("reason") == status.R_RESOURCE_EXISTS \
+            and not draft.status.get("completionTime"):
+        return failed
+    return None
+
+
+def _clash_held(draft: Draft) -> bool:
+    return _clash_condition(draft) is not None
+
+
+def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
+    """The launcher's outcome and the deadline. Also while a name clash holds the job: its children
+    run on (`_held`), so the launcher's end or the deadline still ends the job, and that end replaces
+    the clash's condition (which is set aside meanwhile, then put back as it was)."""
+    clash = _clash_condition(draft)
+    at = status.conditions_of(draft.status).index(clash) if clash is not None else 0
+    if clash is not None:
+        status.remove_condition(draft.status, status.FAILED)
+    if not draft.finished():
+        outcome.launcher_outcome(ctx, draft)
+    if not draft.finished():
+        ended = retries.verdict(ctx, accounts.fails)  # before the launcher Job shows it (retries.py)
+        if ended:
+            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
+            outcome.not_running_if_never_ran(draft, None)
+    if not draft.finished():
+        outcome.deadline(ctx, draft)
+    if clash is not None and not draft.finished():
+        draft.status["conditions"] = status.conditions_of(draft.status)
+        draft.status["conditions"].insert(at, clash)
+
+
+def _held(ctx: JobContext, draft: Draft, suspend: bool) -> None:
+    """A name clash holds the job: nothing is created (the name is not ours), and the children that
+    run are left as they are, since the clash ends nothing (a Service or PodGroup replaced under our
+    name while the job runs, a launcher name taken while the workers wait for it). Only a suspend
+    stops them, as it always does (Kueue's eviction). docs/architecture.md section 3."""
+    if not suspend:
+        return
+    msg = f"MPIJob {ctx.key} is suspended."
+    if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
+        draft.event("Normal", status.R_SUSPENDED, msg)
+    gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.sync_workers(ctx, draft, running=False)
     children.sync_launcher(ctx, draft, running=False)
 

@@ -98,9 +98,12 @@ def describe(r: Refusal) -> str:
 
 
 def same(a: Refusal | None, b: Refusal | None) -> bool:
-    """The same refusal again (log and report it once, not per retry)."""
-    return a is not None and b is not None and (a.code, a.reason, a.kind, a.name, a.message) == (
-        b.code, b.reason, b.kind, b.name, b.message)
+    """The same refusal again (log and report it once, not per retry): the same child refused with
+    the same code and reason. Not its wording, which moves between retries (a quota's message counts
+    the pods used: `used: pods=3`, then `used: pods=2`). Blocked keeps the words it was shown with
+    (README, "What bad input gets")."""
+    return a is not None and b is not None and (a.code, a.reason, a.kind, a.name) == (
+        b.code, b.reason, b.kind, b.name)
 
 
 def report(plan: Plan, r: Refusal) -> Plan:

@@ -9,7 +9,7 @@ Conditions follow the Kubeflow MPI Operator's `setCondition` rules:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reconcilers.clone import clone
@@ -53,6 +53,16 @@ def parse_time(s: Any) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def later(t: datetime, seconds: float) -> datetime | None:
+    """`t` plus `seconds`, or None when that lies beyond what a datetime holds (after year 9999): a
+    moment that never comes. The CRD admits any int64 for activeDeadlineSeconds, and anyone with
+    status access may write a startTime in year 9999; neither may crash a reconcile (issue 36)."""
+    try:
+        return t + timedelta(seconds=seconds)
+    except (OverflowError, ValueError):
+        return None
 
 
 def conditions_of(status: Any) -> list[Obj]:

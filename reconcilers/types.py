@@ -7,12 +7,13 @@ applies the `Plan` it gets back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from reconcilers.evidence import LauncherReport
     from reconcilers.refusal import Refusal
 
 Obj = dict[str, Any]
@@ -30,8 +31,8 @@ class Config:
     # The value of runPolicy.managedBy that this operator acts on (unset also means us).
     controller_name: str = "kubeflow.org/mpi-operator"
     # --gang-scheduling: "" (off), "volcano", "workload" (Kubernetes' Workload API,
-    # reconcilers/workload_gang.py), or the schedulerName of a scheduler-plugins Coscheduling
-    # scheduler (reconcilers/podgroup.py).
+    # reconcilers/gang/workload_gang.py), or the schedulerName of a scheduler-plugins Coscheduling
+    # scheduler (reconcilers/gang/podgroup.py).
     gang_scheduler: str = ""
     # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
     # "" when it can. Every MPIJob then says so instead of starting without its gang.
@@ -107,6 +108,17 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class LogRead:
+    """Read the end of a launcher pod's log (reconcilers/evidence.py): the evidence an exit 0 after a
+    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+
+
 @dataclass
 class Plan:
     creates: list[Create] = field(default_factory=list)
@@ -121,6 +133,8 @@ class Plan:
     delete_mpijob: bool = False
     # Minor writes (reconcilers/pace.py) were held back: planned again after `requeue_after`.
     held: bool = False
+    # Launcher logs to read before the verdict (reconcilers/evidence.py); reads, not writes.
+    read_logs: list[LogRead] = field(default_factory=list)
 
     @property
     def writes(self) -> int:
@@ -154,6 +168,11 @@ class Inputs:
     taken: str | None = None
     # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
     settle_s: float = 0.0
+    # What the launcher pods' logs said, by pod uid, once read (reconcilers/evidence.py).
+    reports: Mapping[str, LauncherReport] = field(default_factory=dict)
+    # The last known state of worker pods deleted since the last applied plan: a StatefulSet can
+    # replace a pod before any reconcile sees it deleting (reconcilers/workerloss.py).
+    gone_workers: tuple[Obj, ...] = ()
     # Pods of this MPIJob last seen with a DisruptionTarget condition that have left the cache since
     # (an evicted pod can be gone before any reconcile looks): the controller's memory of them
     # (reconcilers/retries.py: a disruption is told apart even so).

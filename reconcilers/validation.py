@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import apilimits, defaults, names, workload_gang
+from reconcilers import apilimits, defaults, evidence, names
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
+from reconcilers.gang import workload_gang
 from reconcilers.names import BACKEND_ANNOTATION
 from reconcilers.types import Config
 
@@ -93,6 +94,7 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
         c.add("metadata.name", "is required; give the MPIJob a name")
         name = None
     _validate_backend_annotation(c, meta)
+    _validate_worker_loss_annotation(c, meta)
     spec = job.get("spec")
     if not isinstance(spec, dict):
         c.add("spec", "is required and must be an object with mpiReplicaSpecs.Launcher")
@@ -174,6 +176,15 @@ def _validate_backend_annotation(c: _Checker, meta: Any) -> None:
         c.add(f"metadata.annotations[{BACKEND_ANNOTATION}]",
               f"unsupported worker backend {value!r}; use one of {', '.join(WORKER_BACKENDS)}, or remove it "
               "to take the operator's --worker-backend")
+
+
+def _validate_worker_loss_annotation(c: _Checker, meta: Any) -> None:
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    value = ann.get(evidence.WORKER_LOSS_ANNOTATION) if isinstance(ann, dict) else None
+    if value is not None and value not in evidence.POLICIES:
+        c.add(f"metadata.annotations[{evidence.WORKER_LOSS_ANNOTATION}]",
+              f"unsupported worker-loss policy {value!r}; use {evidence.EVIDENCE} (an exit 0 after a worker's loss "
+              f"is judged by the launcher's log) or {evidence.EXIT_CODE} (the launcher's exit code alone)")
 
 
 def _validate_config_map_size(c: _Checker, job: dict, config: Config, workers: int) -> None:

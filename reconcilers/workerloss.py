@@ -1,59 +1,62 @@
-"""A worker lost while a launcher attempt runs, recorded in the MPIJob's status (docs/architecture.md
-section 9). Pure: time is an argument (`ctx.now`), nothing here does I/O.
+"""A worker lost while a launcher pod runs, and the verdict on that launcher's exit 0 (docs/architecture.md
+section 9.1). Pure: nothing here does I/O or reads a clock.
 
-Open MPI 5's mpirun (PRRTE) exits 0 after losing a worker's daemon, so its launcher Job succeeds
-and cannot retry. The operator then ends the MPIJob Failed/WorkerLostDuringRun (outcome.py), but
-only if it still knows of the loss when the launcher's success shows. What it saw at the time does
-not last: `Running` clears `Restarting` once the replacement worker is Ready (upstream's rule),
-which on the StatefulSet backend can come before PRRTE exits, and the lost pod leaves the cache.
-So each loss seen while an attempt runs is recorded in the condition `WorkerLost` (True; its
-`lastTransitionTime` is when the worker was lost): the status subresource outlives `Running`, the
-informers' caches and an operator restart, and it is one more entry in the list upstream's
-clients already decode (a condition type is a string to them; `kubectl get mpijobs` keeps showing
-the strongest condition, docs/architecture.md section 6.5).
+Open MPI 5's mpirun (PRRTE 3.0) can exit 0 after losing a worker's daemon, with ranks cut short: the
+launcher Job succeeds and cannot retry. A loss does not always cut ranks short, though: a launcher
+that prepares before `mpirun` (a download, a wait for storage) loses nothing when a worker is
+replaced meanwhile, and neither does one that runs `mpirun` twice with a replacement in between. So
+a loss is a reason to ask for evidence, never a verdict by itself:
 
-The record belongs to one launcher attempt: the launcher pod, not Failed, that had started by the
-time of the loss. It is removed once no such pod is left (the attempt failed and the Job's retry
-runs), so a retry that succeeds ends Succeeded. It is written only together with what a loss
-writes anyway (Restarting, a recreated worker Job) or with the retry's Running: a run without a
-loss never writes it. Only `mpiImplementation: OpenMPI` needs it: the other MPIs' mpirun fails on
-a lost host, and the Job retries it.
+1. **What is a loss.** A worker pod of the current run that ended or is being deleted, or whose
+   delete the controller saw (`Inputs.gone_workers`: a StatefulSet can replace a pod between two
+   reconciles), at an index below Worker replicas (a scale-down is asked for). Not a Ready count
+   that falls (a node missing heartbeats turns its pods' Ready False while they run on; so does a
+   flapping readiness probe), and not a time compared across clocks.
+2. **Whose loss.** The launcher pod that runs (phase Running) or has just exited 0 when the plan sees
+   the loss: the attempt. A worker whose delete was asked for before that launcher pod was created
+   (or in the same second: both are stored in whole seconds) is no loss of it (a suspend's or an
+   earlier attempt's): both times are the API server's (`deletionTimestamp` minus the grace period,
+   and `creationTimestamp`), one clock.
+3. **The record.** The first loss of an attempt is written to the condition `WorkerLost` (True,
+   naming the launcher pod): it must outlive `Running`, the informers' caches and an operator
+   restart until the verdict. A record whose launcher pod is gone or Failed is dropped (that attempt
+   is over; the Job's retry starts afresh).
+4. **The verdict on an exit 0** (`judge`): without a record, Succeeded. With one, the launcher's own
+   report decides (reconcilers/evidence.py): its log's end shows a lost daemon or rank -> cut short;
+   shows none -> Succeeded; cannot be read -> cut short, on the side of a resubmit.
+
+Only `mpiImplementation: OpenMPI` with the worker-loss policy `Evidence` needs any of this: the other
+MPIs' mpirun fails on a lost host and the Job retries it, and the policy `ExitCode` trusts the exit.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconcilers import desired, names, status
+from reconcilers import desired, evidence, names, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.types import Obj
+from reconcilers.evidence import LauncherReport
+from reconcilers.types import LogRead, Obj
 
 WORKER_LOST = "WorkerLost"  # condition type, True while the current launcher attempt has lost a worker
 R_WORKER_LOST = "WorkerLostDuringAttempt"
-# A worker pod created this long after Running was set is a replacement (replaced_unseen).
-REPLACED_AFTER_S = timedelta(seconds=2)
+# The record names its attempt in the message's first words (a condition has no other free field).
+_ATTEMPT = re.compile(r"^launcher pod (\S+): ")
 
 
 def applies(ctx: JobContext) -> bool:
-    return ctx.spec.get("mpiImplementation") == "OpenMPI"
+    return ctx.spec.get("mpiImplementation") == "OpenMPI" and evidence.policy(ctx.job) == evidence.EVIDENCE
 
 
-def _times(pod: Obj, key: str) -> list[datetime]:
-    out = []
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        t = status.parse_time((((cs or {}).get("state") or {}).get("terminated") or {}).get(key))
-        if t is not None:
-            out.append(t)
-    return out
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
 
 
-def started(pod: Obj) -> datetime | None:
-    return status.parse_time((pod.get("status") or {}).get("startTime"))
-
-
-def finished(pod: Obj) -> datetime | None:
-    return max(_times(pod, "finishedAt"), default=None)
+def _phase(pod: Obj) -> str | None:
+    return (pod.get("status") or {}).get("phase")
 
 
 def _index(ctx: JobContext, pod: Obj) -> int | None:
@@ -62,21 +65,15 @@ def _index(ctx: JobContext, pod: Obj) -> int | None:
     return int(host[len(prefix):]) if host.startswith(prefix) and host[len(prefix):].isdigit() else None
 
 
-def pod_lost_at(pod: Obj, now: datetime) -> datetime | None:
-    """When a worker pod was lost: its first container's end, else (still stopping) when its delete
-    was asked for. `deletionTimestamp` is that request plus the grace period (the deadline of the
-    kubelet's kill), not the moment the pod went away, so the grace period is taken off."""
-    meta, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
-    ended = _times(pod, "finishedAt")
-    if ended:
-        return min(ended)
-    if phase in ("Failed", "Succeeded"):
-        return now
+def delete_asked_at(pod: Obj) -> datetime | None:
+    """When the pod's delete was asked for, in the API server's clock: `deletionTimestamp` is that
+    request plus the grace period (the deadline of the kubelet's kill)."""
+    meta = _meta(pod)
     deleting = status.parse_time(meta.get("deletionTimestamp"))
     if deleting is None:
         return None
     grace = meta.get("deletionGracePeriodSeconds")
-    return min(deleting - timedelta(seconds=grace if isinstance(grace, int) else 0), now)
+    return deleting - timedelta(seconds=grace if isinstance(grace, int) and 0 <= grace < 10**9 else 0)
 
 
 def resumed_at(st: Obj) -> datetime | None:
@@ -86,13 +83,10 @@ def resumed_at(st: Obj) -> datetime | None:
 
 
 def stopped_by_suspend(pod: Obj, resumed: datetime | None) -> bool:
-    """A worker pod created before the last resume: the suspend stopped it (the Job controller
-    deletes a suspended Job's pods, the StatefulSet is scaled to 0), so its end is no loss of the run
-    that the resume started. Its end cannot be told apart by time: both it and the resumed launcher's
-    start are stored in whole seconds, and a pod that takes a second to stop ends in the very second
-    the new launcher starts (docs/architecture.md section 9). Its creation is before the resume (the
-    condition's time, in the operator's clock); one created in the resume's second counts as new."""
-    created = status.parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    """A worker pod created before the last resume: the suspend stopped it. Used only to keep such a
+    pod from showing the resumed run as Restarting; the verdict never rests on it (two clocks: the
+    resume is the operator's, the creation the API server's)."""
+    created = status.parse_time(_meta(pod).get("creationTimestamp"))
     return resumed is not None and created is not None and created < resumed
 
 
@@ -102,89 +96,83 @@ def current_workers(ctx: JobContext, st: Obj) -> list[Obj]:
     return [p for p in ctx.pods.workers if not stopped_by_suspend(p, resumed)]
 
 
-def pod_losses(ctx: JobContext, st: Obj) -> list[tuple[datetime, str]]:
-    """(when, what) for each worker pod that ended or is being deleted, earliest first. A pod a
-    scale-down removes (its index at or past Worker replicas) is not lost: it was asked for; nor is
-    one a suspend stopped (`st`: the MPIJob's status, for the resume's time)."""
+def lost_now(ctx: JobContext, st: Obj) -> list[str]:
+    """The hostnames of the current run's workers lost as the plan sees them (Restarting says so)."""
     count = desired.worker_replicas(ctx.job)
+    resumed = resumed_at(st)
     out = []
-    for pod in current_workers(ctx, st):
+    for pod in [*ctx.pods.workers, *ctx.inputs.gone_workers]:
+        gone = any(pod is g for g in ctx.inputs.gone_workers)
         index = _index(ctx, pod)
-        when = pod_lost_at(pod, ctx.now)
-        if when is not None and (index is None or index < count):
-            out.append((when, f"worker {desired.pod_hostname(pod)} was lost"))
-    return sorted(out)
+        if (index is None or index < count) and not stopped_by_suspend(pod, resumed) and (
+                gone or ownership.ended(pod) or ownership.deleting(pod)):
+            out.append(desired.pod_hostname(pod))
+    return sorted(set(out))
 
 
-def replaced_unseen(ctx: JobContext, old_status: Obj) -> list[tuple[datetime, str]]:
-    """Worker pods created while the MPIJob was Running: every worker was Ready when Running was set,
-    so a worker pod (index below Worker replicas) created later replaces a lost one, even if no plan
-    saw the loss (a StatefulSet can replace a pod within a reconcile's delay). A scale-up is no such
-    pod: the plan that sees the new replicas sets Restarting, which ends Running. Running's time is the
-    operator's clock and a pod's creation the API server's: REPLACED_AFTER_S of margin for skew."""
-    running = status.get_condition(old_status, status.RUNNING) or {}
-    since = status.parse_time(running.get("lastTransitionTime"))
-    if running.get("status") != "True" or since is None:
-        return []
+def attempt(ctx: JobContext) -> Obj | None:
+    """The launcher pod a loss seen now belongs to: the newest one that runs or has exited 0."""
+    runs = [p for p in ctx.pods.launchers if _phase(p) in ("Running", "Succeeded")]
+    return max(runs, key=lambda p: _meta(p).get("creationTimestamp") or "") if runs else None
+
+
+def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
+    """The hostnames of the workers lost during `launcher_pod`'s run (rules 1 and 2 above)."""
     count = desired.worker_replicas(ctx.job)
+    created = status.parse_time(_meta(launcher_pod).get("creationTimestamp"))
     out = []
-    for pod in ctx.pods.workers:
+    for pod in [*ctx.pods.workers, *ctx.inputs.gone_workers]:
+        gone = any(pod is g for g in ctx.inputs.gone_workers)
+        if not (gone or ownership.ended(pod) or ownership.deleting(pod)):
+            continue
         index = _index(ctx, pod)
-        created = status.parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-        if created is not None and created - since >= REPLACED_AFTER_S and (index is None or index < count):
-            out.append((created, f"worker {desired.pod_hostname(pod)} was replaced"))
-    return sorted(out)
+        if index is not None and index >= count:
+            continue  # scaled down: asked for
+        asked = delete_asked_at(pod)
+        if asked is not None and created is not None and asked <= created:
+            # Asked before this attempt began (a suspend, an earlier attempt), or in the second of its
+            # creation (both stored in whole seconds), when its mpirun cannot have started yet.
+            continue
+        out.append(desired.pod_hostname(pod))
+    return sorted(set(out))
 
 
-def losses(ctx: JobContext, draft: Draft, workers_ready: int) -> list[tuple[datetime, str]]:
-    """Every loss the plan sees now: pods lost or replaced, and a Running MPIJob whose workers' Ready
-    count fell below what it ran with (the lost pod may have left the cache already). A count that
-    grew (a scale-up) is not a loss, so the bar is what the last status recorded as active."""
-    out = pod_losses(ctx, draft.status) + replaced_unseen(ctx, draft.old_status)
-    count = desired.worker_replicas(ctx.job)
-    # The status as stored: any shape the CRD admits (it does not type replicaStatuses' values).
-    replicas = draft.old_status.get("replicaStatuses")
-    worker = replicas.get("Worker") if isinstance(replicas, dict) else None
-    was = worker.get("active") if isinstance(worker, dict) else None
-    bar = min(count, int(was)) if isinstance(was, int) else count
-    if status.is_true(draft.old_status, status.RUNNING) and workers_ready < bar:
-        out.append((ctx.now, f"only {workers_ready} of {bar} worker(s) are Ready"))
-    return out
-
-
-def attempt(ctx: JobContext, when: datetime) -> Obj | None:
-    """The launcher pod (attempt) a loss at `when` belongs to: the newest not Failed that had started
-    by then. None when the attempt has failed (its retry starts 10 s or more later) or none ran."""
-    runs = [(t, p) for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") != "Failed"
-            for t in [started(p)] if t is not None and t <= when]
-    return max(runs, key=lambda run: run[0])[1] if runs else None
-
-
-def recorded_at(st: Obj) -> datetime | None:
+def recorded_attempt(st: Obj) -> str | None:
+    """The launcher pod named by the WorkerLost record, if there is one."""
     c = status.get_condition(st, WORKER_LOST)
-    return status.parse_time(c.get("lastTransitionTime")) if c and c.get("status") == "True" else None
+    m = _ATTEMPT.match(str(c.get("message") or "")) if c and c.get("status") == "True" else None
+    return m.group(1) if m else None
 
 
-def record(ctx: JobContext, draft: Draft, workers_ready: int) -> None:
+def _pod_named(ctx: JobContext, name: str) -> Obj | None:
+    return next((p for p in ctx.pods.launchers if _meta(p).get("name") == name), None)
+
+
+def record(ctx: JobContext, draft: Draft) -> None:
     """Drops a record whose attempt is over, then records the first loss of the current attempt."""
     if not applies(ctx):
         return
-    at = recorded_at(draft.status)
-    if status.get_condition(draft.status, WORKER_LOST) is not None and (at is None or attempt(ctx, at) is None):
+    name = recorded_attempt(draft.status)
+    pod = _pod_named(ctx, name) if name else None
+    if status.get_condition(draft.status, WORKER_LOST) is not None and (pod is None or _phase(pod) == "Failed"):
         status.remove_condition(draft.status, WORKER_LOST)
-        at = None
-    if at is not None:
+        name = None
+    if name is not None:
         return  # this attempt already lost a worker: the first loss is the one that counts
-    for when, what in losses(ctx, draft, workers_ready):
-        pod = attempt(ctx, when)
-        if pod is not None:
-            name = (pod.get("metadata") or {}).get("name", "?")
-            status.set_condition(draft.status, WORKER_LOST, "True", R_WORKER_LOST, (
-                f"{what} while launcher pod {name} ran: Open MPI 5's mpirun exits 0 after such a loss, so if "
-                "this attempt succeeds the MPIJob ends Failed/WorkerLostDuringRun; a retried launcher clears "
-                "this condition"), when)
-            _before_the_true_ones(draft.status)
-            return
+    current = attempt(ctx)
+    lost = lost_workers(ctx, current) if current is not None else []
+    if current is not None and lost:
+        _write_record(ctx, draft, _meta(current).get("name", "?"), lost)
+
+
+def _write_record(ctx: JobContext, draft: Draft, pod_name: str, lost: list[str]) -> None:
+    workers = ", ".join(lost)
+    status.set_condition(draft.status, WORKER_LOST, "True", R_WORKER_LOST, (
+        f"launcher pod {pod_name}: worker {workers} was lost while it ran. If it exits 0, its log decides: "
+        "Succeeded unless it shows a lost daemon or rank (Open MPI 5's mpirun exits 0 after such a loss); "
+        f"annotation {evidence.WORKER_LOSS_ANNOTATION}: ExitCode trusts the exit code alone. A retried "
+        "launcher clears this condition"), ctx.now)
+    _before_the_true_ones(draft.status)
 
 
 def _before_the_true_ones(st: Obj) -> None:
@@ -202,17 +190,56 @@ def drop(draft: Draft) -> None:
     status.remove_condition(draft.status, WORKER_LOST)
 
 
-def lost_during(ctx: JobContext, draft: Draft, pod: Obj) -> str | None:
-    """What shows that a worker was lost while launcher pod `pod` (Succeeded) ran: the record of a
-    loss at or after its start, or a worker pod that ended or was deleted between its start and end."""
-    start, end = started(pod), finished(pod)
-    if start is None:
-        return None
-    at = recorded_at(draft.status)
-    if at is not None and start <= at:
-        return "a worker was lost (condition WorkerLost)"
-    for when, what in pod_losses(ctx, draft.status):
-        if start <= when and (end is None or when <= end):
-            return what
-    # A replacement created after the end was lost before it was created: maybe during the run.
-    return next((what for when, what in replaced_unseen(ctx, draft.old_status) if start <= when), None)
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict on a launcher pod's exit 0: `wait` for its log (`read`), or `cut_short` (what shows
+    it) or neither (Succeeded; `note` says what was weighed, for the message)."""
+
+    wait: bool = False
+    read: LogRead | None = None
+    cut_short: str | None = None
+    note: str = ""
+
+
+def judge(ctx: JobContext, draft: Draft) -> Judgement:
+    """The verdict on the launcher Job's success (rule 4 above)."""
+    if not applies(ctx):
+        return Judgement()
+    done = [p for p in ctx.pods.launchers if _phase(p) == "Succeeded"]
+    pod = max(done, key=lambda p: _meta(p).get("creationTimestamp") or "") if done else None
+    name = recorded_attempt(draft.status)
+    lost = lost_workers(ctx, pod) if pod is not None else []
+    if pod is None and name is not None:
+        if _pod_named(ctx, name) is not None:
+            return Judgement(wait=True)  # the Job counted its success before the pod cache shows it
+        return Judgement(cut_short=f"a worker was lost while launcher pod {name} ran, and that pod is gone "
+                                   "(its log cannot be read)")
+    if pod is None or (name != _meta(pod).get("name") and not lost):
+        return Judgement()
+    what = _what_was_lost(draft.status, lost)
+    uid = _meta(pod).get("uid") or ""
+    report: LauncherReport | None = ctx.inputs.reports.get(uid)
+    if report is None:
+        return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid, _container(ctx)))
+    if report.unreadable is not None:
+        return Judgement(cut_short=f"{what} while it ran, and its log could not be read ({report.unreadable})")
+    if report.cut_short is not None:
+        return Judgement(cut_short=f"{what} while it ran, and its log shows it cut ranks short: "
+                                   f"\"{report.cut_short}\"")
+    return Judgement(note=f" ({what} while the launcher ran; its log shows no lost daemon or rank)")
+
+
+def _what_was_lost(st: Obj, lost: list[str]) -> str:
+    if lost:
+        return f"worker {', '.join(lost)} was lost"
+    c = status.get_condition(st, WORKER_LOST) or {}
+    m = re.search(r"worker (.+?) was lost", str(c.get("message") or ""))
+    return f"worker {m.group(1)} was lost" if m else "a worker was lost"
+
+
+def _container(ctx: JobContext) -> str:
+    """The launcher's container that runs mpirun: the first of its template (desired.py builds the
+    launcher from the same template)."""
+    containers = (((ctx.spec["mpiReplicaSpecs"].get("Launcher") or {}).get("template") or {}).get("spec")
+                  or {}).get("containers") or [{}]
+    return str((containers[0] or {}).get("name") or "")

@@ -7,7 +7,12 @@ behaviour (integration and e2e tests run the real one): each answer is the test'
   path, body)` returns; an exception is raised, any other value returned; with none of these, an
   empty object at resourceVersion 1.
 - `stream` (a watch) answers with the next of `watch_scripts`: a FakeStream, or an exception.
-Every call is recorded: `calls` (method, path, body), `list_queries`, `watch_queries`.
+Every call is recorded: `calls` (method, path, body), `list_queries`, `watch_queries` (and the
+watches' paths, `watch_paths`).
+Every call is held to the operator's grants (client/permissions.py `everything`, or the `fence`
+given): one outside them raises Unpermitted, as the operator's own RestClient does, so that every
+unit test that drives the executor, the controller or the informers also checks that they send
+nothing the manifests do not grant (issue 36 item 9).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import urllib3
+
+from client import permissions
 
 EMPTY = {"metadata": {"resourceVersion": "1"}}
 
@@ -46,7 +53,10 @@ class FakeStream:
 
 class FakeApi:
     def __init__(self, *answers: Any, on_request: Callable[[], None] | None = None,
-                 respond: Callable[[str, str, Any], Any] | None = None) -> None:
+                 respond: Callable[[str, str, Any], Any] | None = None,
+                 fence: permissions.Fence | None = None) -> None:
+        self.fence = fence or permissions.everything()
+        self.watch_paths: list[str] = []
         self.answers: list = list(answers)
         self.respond = respond
         self.list_pages: list = []
@@ -60,6 +70,7 @@ class FakeApi:
     def request(self, method: str, path: str, *, query: dict | None = None, body: Any = None,
                 content_type: str = "", timeout: float = 30, guard: Callable[[], None] | None = None,
                 metadata_only: bool = False) -> Any:
+        self.fence.check(method, path, query)
         if guard is not None:  # as RestClient: after the throttle, before sending
             guard()
         with self.lock:
@@ -85,8 +96,15 @@ class FakeApi:
             raise answer
         return answer
 
+    def get_text(self, path: str, timeout: float = 30, query: dict | None = None) -> str:
+        """As RestClient.get_text (a pod's log): the answer as text."""
+        answer = self.request("GET", path, query=query, timeout=timeout)
+        return answer if isinstance(answer, str) else ""
+
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> Any:
+        self.fence.check("GET", path, {**(query or {}), "watch": True})
         with self.lock:
+            self.watch_paths.append(path)
             self.watch_queries.append(dict(query or {}))
             script = self.watch_scripts.pop(0) if self.watch_scripts else FakeStream([], end=False)
         if isinstance(script, BaseException):

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from reconcilers.names import (
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
@@ -53,6 +55,37 @@ def service_account_kubeconfig(out: Path) -> str:
     r = subprocess.run([str(ROOT / "hack" / "operator-kubeconfig.sh"), str(out)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
+    return str(out)
+
+
+def namespaced_service_account_kubeconfig(kubectl: Callable, namespace: str, out: Path) -> str:
+    """The operator's ServiceAccount and RBAC of manifests/rbac-namespaced/, all inside `namespace`
+    (a test namespace, removed with everything in it): a ServiceAccount `mpi-operator`, the shipped
+    Role `mpi-operator` bound to it there, and leader election's Role for a Lease in that namespace
+    (run the operator with --namespace and --leader-election-namespace set to it). No cluster-wide
+    grant: what this kubeconfig may do outside `namespace` is what any ServiceAccount may."""
+    text = kubectl("kustomize", str(ROOT / "manifests" / "rbac-namespaced")).stdout
+    rendered = [d for d in yaml.safe_load_all(text) if d]
+    assert not [d for d in rendered if d["kind"] == "ClusterRoleBinding"], "a cluster-wide binding"
+    kubectl("-n", namespace, "create", "serviceaccount", "mpi-operator")
+    for d in rendered:
+        if d["kind"] not in ("Role", "RoleBinding"):
+            continue
+        d["metadata"]["namespace"] = namespace
+        for s in d.get("subjects") or []:
+            s["namespace"] = namespace
+        kubectl("apply", "-f", "-", input=json.dumps(d))
+    token = kubectl("-n", namespace, "create", "token", "mpi-operator", "--duration=1h").stdout.strip()
+    admin = json.loads(kubectl("config", "view", "--minify", "--raw", "-o", "json").stdout)
+    cluster = admin["clusters"][0]["cluster"]
+    kc = {"apiVersion": "v1", "kind": "Config",
+          "clusters": [{"name": "local", "cluster": cluster}],
+          "users": [{"name": "mpi-operator", "user": {"token": token}}],
+          "contexts": [{"name": "mpi-operator", "context": {"cluster": "local", "user": "mpi-operator",
+                                                            "namespace": namespace}}],
+          "current-context": "mpi-operator"}
+    out.write_text(json.dumps(kc))
+    out.chmod(0o600)
     return str(out)
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from client import permissions
+from testsupport import selectors
 from testsupport.kubectl import wait_established
 from testsupport.paths import ROOT
 from testsupport.waiting import wait_until
@@ -32,31 +34,20 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 NS = "mpi-operator"
 SA = f"system:serviceaccount:{NS}:mpi-operator"
 
-# What the operator does with each resource: the contract of manifests/rbac/cluster_role.yaml.
+# What the operator sends, resource by resource: the map of client/permissions.py (what the code
+# sends, and the finalizers update its creates imply), which manifests/rbac/cluster_role.yaml is
+# written from (tests/unit/test_least_privilege.py checks the file; this, the API server's answers).
 CLUSTER_VERBS: dict[tuple[str, str], set[str]] = {
-    ("kubeflow.org", "mpijobs"): {"get", "list", "watch", "delete"},
-    ("kubeflow.org", "mpijobs/status"): {"patch", "update"},
-    ("kubeflow.org", "mpijobs/finalizers"): {"update"},
-    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"list", "watch", "delete"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
-}
+    k: set(v) for k, v in (dict(permissions.OPERATOR) | dict(permissions.IMPLIED)).items()}
 # Leader election, in the operator's namespace only (manifests/rbac/leader_election_role.yaml).
-LEASE_VERBS = {"get", "create", "update"}
+LEASE_VERBS = set(permissions.LEADER_ELECTION[("coordination.k8s.io", "leases")])
 
 # (verb, "resource[.group][/subresource]", namespace: None for "the test's namespace", "" for cluster-wide)
 DENIED = [
     ("update", "secrets", None),
     ("update", "configmaps", None),
     ("create", "pods", None),
-    ("get", "pods", None),
     ("create", "pods/exec", None),
-    ("get", "pods/log", None),
     ("update", "jobs.batch", None),
     ("update", "statefulsets.apps", None),
     ("create", "deployments.apps", None),
@@ -66,6 +57,14 @@ DENIED = [
     ("deletecollection", "mpijobs.kubeflow.org", None),
     ("get", "mpijobs.kubeflow.org/status", None),
     ("delete", "events", None),
+    # granted before issue 36 item 9, never sent
+    ("get", "mpijobs.kubeflow.org", None),
+    ("update", "mpijobs.kubeflow.org/status", None),
+    ("patch", "events", None),
+    ("create", "events.events.k8s.io", None),
+    ("delete", "configmaps", None),
+    ("delete", "services", None),
+    ("get", "pods", None),
     ("list", "nodes", ""),
     ("list", "namespaces", ""),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),
@@ -165,6 +164,12 @@ def test_kustomizations_render_the_expected_objects(kubectl):
         ("Service", NS, "mpi-operator-metrics"),
         ("NetworkPolicy", NS, "mpi-operator"),
     }
+    namespaced = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+                  for d in render(kubectl, MANIFESTS / "rbac-namespaced")}
+    assert namespaced == (got - {("ClusterRole", "", "mpi-operator"), ("ClusterRoleBinding", "", "mpi-operator")}
+                          - {(k, ns, n) for k, ns, n in got if k in ("Deployment", "PodDisruptionBudget", "Service",
+                                                                     "NetworkPolicy")}) | {
+        ("Role", "mpijobs", "mpi-operator"), ("RoleBinding", "mpijobs", "mpi-operator")}
     monitoring = render(kubectl, MANIFESTS / "monitoring")
     assert sorted((d["apiVersion"], d["kind"]) for d in monitoring) == [
         ("monitoring.coreos.com/v1", "PrometheusRule"), ("monitoring.coreos.com/v1", "ServiceMonitor")]
@@ -228,6 +233,76 @@ def test_hardened_metrics_bind_the_pod_ip_and_only_prometheus_may_scrape(kubectl
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert [f["podSelector"]["matchLabels"] for f in rule["from"]] == [{"app.kubernetes.io/name": "prometheus"}]
+
+
+# -- metrics_policy: who may scrape /metrics (issue 36 item 6) --------------------------------------
+
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
+
+
+def ns_of(name: str, labels: dict[str, str] | None = None) -> dict:
+    """A namespace as the API server holds it: it sets kubernetes.io/metadata.name to the name,
+    whatever the creator wrote there (test_a_namespace_cannot_borrow_the_monitoring_namespaces_name)."""
+    return {"name": name, "labels": {**(labels or {}), "kubernetes.io/metadata.name": name}}
+
+
+# (overlay, case, the scraping pod's namespace, its labels, the operator's port, admitted?)
+METRICS_POLICY = [
+    ("operator", "Prometheus of the monitoring namespace", ns_of("monitoring"), PROMETHEUS, "metrics", True),
+    ("operator", "the same, on the health port", ns_of("monitoring"), PROMETHEUS, "health", False),
+    ("operator", "another pod of the monitoring namespace", ns_of("monitoring"),
+     {"app.kubernetes.io/name": "grafana"}, "metrics", False),
+    ("operator", "a pod a tenant labelled prometheus", ns_of("team-a"), PROMETHEUS, "metrics", False),
+    ("operator", "the same, its namespace labelled like a monitoring one",
+     ns_of("team-a", {"name": "monitoring", "monitoring": "true", **PROMETHEUS}), PROMETHEUS, "metrics", False),
+    ("operator", "a prometheus pod beside the operator", ns_of(NS), PROMETHEUS, "metrics", False),
+    ("operator", "a prometheus pod of an MPIJob's namespace", ns_of("mpijob-deployed"), PROMETHEUS, "metrics",
+     False),
+    # manifests/local: the local cluster's Prometheus resource lives in mpi-operator (e2e/test_deployed.py)
+    ("local", "the local cluster's Prometheus", ns_of(NS), PROMETHEUS, "metrics", True),
+    ("local", "a prometheus pod of the MPIJobs' namespace", ns_of("mpijob-deployed"), PROMETHEUS, "metrics",
+     False),
+    ("local", "the default monitoring namespace, not used here", ns_of("monitoring"), PROMETHEUS, "metrics",
+     False),
+]
+
+
+def operator_pod(rendered: list[dict]) -> dict:
+    """The operator's pod as the policy sees it: its labels, namespace and named ports."""
+    deploy = next(d for d in rendered if d["kind"] == "Deployment")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    return {"namespace": ns_of(deploy["metadata"]["namespace"]), "labels": deploy["spec"]["template"]["metadata"][
+        "labels"], "ports": {p["name"]: p["containerPort"] for p in c["ports"]}}
+
+
+@pytest.mark.parametrize(("overlay", "case", "ns", "labels", "port", "admitted"), METRICS_POLICY,
+                         ids=[f"{c[0]}: {c[1]}" for c in METRICS_POLICY])
+def test_metrics_policy_admits_the_monitoring_namespaces_prometheus_only(kubectl, overlay, case, ns, labels,
+                                                                         port, admitted):
+    rendered = render(kubectl, MANIFESTS / overlay)
+    (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+    source = {"namespace": ns, "labels": labels}
+    assert selectors.admits(policy, source, operator_pod(rendered), port) is admitted
+
+
+def test_metrics_policy_a_namespace_cannot_borrow_the_monitoring_namespaces_name(kubectl, get_json):
+    """The policy selects the monitoring namespace by kubernetes.io/metadata.name, which the API
+    server sets to the namespace's name on every create and update: a tenant who writes
+    `monitoring` there gets its own name back, and its Prometheus stays refused."""
+    name = f"t-forge-{uuid.uuid4().hex[:6]}"
+    forged = {"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    kubectl("create", "-f", "-", input=json.dumps(forged))
+    try:
+        kubectl("label", "namespace", name, "kubernetes.io/metadata.name=monitoring", "--overwrite")
+        held = get_json("namespace", name)["metadata"]
+        assert held["labels"]["kubernetes.io/metadata.name"] == name
+        rendered = render(kubectl, MANIFESTS / "operator")
+        (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+        source = {"namespace": {"name": name, "labels": held["labels"]}, "labels": PROMETHEUS}
+        assert not selectors.admits(policy, source, operator_pod(rendered), "metrics")
+    finally:
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 # -- the real API server --------------------------------------------------------------------------
@@ -295,6 +370,34 @@ def test_cluster_role_on_the_server_matches_the_contract(get_json, rbac):
                                "verbs": ["get", "create", "update"]}]
     binding = get_json("clusterrolebinding", "mpi-operator")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": NS}]
+
+
+def test_least_privilege_the_namespaced_role_grants_the_map_in_its_namespace_only(kubectl, namespace):
+    """manifests/rbac-namespaced/ on the real API server, its Role and RoleBinding moved to the test's
+    namespace and bound to a ServiceAccount of their own (the operator's keeps its ClusterRole for the
+    other tests): in that namespace exactly the ClusterRole's rules; in any other, and across
+    namespaces, nothing more than any ServiceAccount gets (no Secret readable elsewhere)."""
+    sa_name = f"op-{uuid.uuid4().hex[:6]}"
+    kubectl("-n", namespace, "create", "serviceaccount", sa_name)
+    for d in render(kubectl, MANIFESTS / "rbac-namespaced"):
+        if (d["kind"], d["metadata"]["name"]) in (("Role", "mpi-operator"), ("RoleBinding", "mpi-operator")):
+            d["metadata"]["namespace"] = namespace
+            for s in d.get("subjects") or []:
+                s.update(name=sa_name, namespace=namespace)
+            kubectl("apply", "-f", "-", input=json.dumps(d))
+    sa = f"system:serviceaccount:{namespace}:{sa_name}"
+    nobody = f"system:serviceaccount:{namespace}:nobody-{uuid.uuid4().hex[:6]}"
+    wait_until(lambda: ("", "secrets", "list") in rules_of(kubectl, sa, namespace), timeout=30,
+               what="the namespaced Role to take effect")
+    extra = rules_of(kubectl, sa, namespace) - rules_of(kubectl, nobody, namespace)
+    assert extra == expand(CLUSTER_VERBS), (
+        f"gained {sorted(extra - expand(CLUSTER_VERBS))}, lost {sorted(expand(CLUSTER_VERBS) - extra)}")
+    for elsewhere in ("default", NS):
+        assert rules_of(kubectl, sa, elsewhere) - rules_of(kubectl, nobody, elsewhere) == set(), elsewhere
+    for verb, where in (("list", ""), ("get", "default"), ("list", NS)):
+        r = kubectl("auth", "can-i", verb, "secrets", f"--as={sa}", *(["-n", where] if where else ["-A"]),
+                    check=False)
+        assert r.stdout.strip() == "no", (verb, where)
 
 
 def test_user_roles_are_aggregated_into_edit_and_view(get_json, rbac):

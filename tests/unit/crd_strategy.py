@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml"
 INT32 = 2**31 - 1
+INT64 = 2**63 - 1
 
 
 def crd_schema() -> dict:
@@ -91,18 +92,29 @@ mpijob_metadata = st.fixed_dictionaries({
 
 
 def _integers(schema: dict) -> st.SearchStrategy[int]:
-    lo = schema.get("minimum", -INT32 - 1)
-    hi = schema.get("maximum", INT32)
-    # mostly small values near the lower bound (where the edges are), sometimes anything allowed
-    return st.integers(lo, min(hi, lo + 8)) | st.integers(lo, hi)
+    """What the API server admits: the schema's bounds, else its format's (int64 up to 2^63-1, which
+    the API server enforces; issue 36: an int64 deadline once crashed every reconcile)."""
+    top = INT64 if schema.get("format") == "int64" else INT32
+    lo = schema.get("minimum", -top - 1)
+    hi = schema.get("maximum", top)
+    # mostly small values near the lower bound, sometimes the very top, sometimes anything allowed
+    tops = [v for v in (hi, hi - 1, hi // 10**9 + 1) if lo <= v <= hi]  # + Go's Duration in seconds, wrapped
+    return st.integers(lo, min(hi, lo + 8)) | st.sampled_from(tops) | st.integers(lo, hi)
+
+
+# Times as anyone with status access may write them: the API server admits any RFC 3339 time, from
+# year 1 to year 9999.
+EDGE_TIMES = ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "2025-01-01T12:00:00Z", "2024-12-31T23:59:59Z"]
+times = st.sampled_from(EDGE_TIMES) | st.datetimes().map(lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 # What the CRD's CEL rules (x-kubernetes-validations) add to its structural schema, by path: a
 # required Launcher with replicas 1. The rules on names are left to the metadata strategy above.
 CEL_REQUIRED = {"spec.mpiReplicaSpecs": {"Launcher"}}
 CEL_VALUES = {"spec.mpiReplicaSpecs.Launcher.replicas": st.just(1)}
-# Fields that are optional to the schema but needed by validation: present seven times in eight.
-MOSTLY_PRESENT = {"template", "Worker"}
+# Fields that are optional to the schema but needed by validation, or whose numbers and times reach
+# arithmetic (issue 36: an int64 deadline, a startTime in year 9999): present seven times in eight.
+MOSTLY_PRESENT = {"template", "Worker", "runPolicy", "activeDeadlineSeconds", "startTime"}
 
 
 def _object(schema: dict, path: str) -> st.SearchStrategy[dict]:
@@ -149,6 +161,8 @@ def from_schema(schema: dict, path: str = "") -> st.SearchStrategy[Any]:
         return _integers(schema)
     if typ == "boolean":
         return st.booleans()
+    if typ == "string" and schema.get("format") == "date-time":
+        return times
     if typ == "string":
         return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 20), 20)) \
             | st.sampled_from(["/root/.ssh", "/home/mpiuser/.ssh", "kubeflow.org/mpi-operator", "other/x"])
@@ -157,8 +171,13 @@ def from_schema(schema: dict, path: str = "") -> st.SearchStrategy[Any]:
     return garbage
 
 
-def mpijobs() -> st.SearchStrategy[dict]:
+def mpijobs(with_status: bool = False) -> st.SearchStrategy[dict]:
+    """MPIJobs as submitted; `with_status`: also a status the schema admits (written by anyone with
+    status access: times at the edges of the calendar, any condition)."""
     schema = crd_schema()
-    props = {k: v for k, v in schema["properties"].items() if k != "status"}
-    return st.fixed_dictionaries({"apiVersion": st.just("kubeflow.org/v2beta1"), "kind": st.just("MPIJob"),
-                                  "metadata": mpijob_metadata, "spec": from_schema(props["spec"], "spec")})
+    props = schema["properties"]
+    fields = {"apiVersion": st.just("kubeflow.org/v2beta1"), "kind": st.just("MPIJob"),
+              "metadata": mpijob_metadata, "spec": from_schema(props["spec"], "spec")}
+    if with_status:
+        fields["status"] = from_schema(props["status"], "status")
+    return st.fixed_dictionaries(fields)

@@ -106,9 +106,12 @@ def apply_plan(job: dict, observed: Observed, p: Plan) -> tuple[dict, Observed]:
 
 
 def run(job: dict, observed: Observed | None = None, backend: str = "job", now: datetime = NOW,
-        keygen: KeyGen | None = None, **config: Any) -> Plan:
+        keygen: KeyGen | None = None, reports: dict | None = None, gone_workers: tuple = (),
+        **config: Any) -> Plan:
+    """One plan; `reports` (launcher pod uid -> LauncherReport) and `gone_workers` as the controller
+    would pass them (reconcilers/evidence.py, reconcilers/workerloss.py)."""
     return plan(Inputs(job, observed or Observed(), Config(worker_backend=backend, **config), now,
-                       keygen or KeyGen()))
+                       keygen or KeyGen(), reports=reports or {}, gone_workers=gone_workers))
 
 
 def converge(job: dict, observed: Observed | None = None, backend: str = "job", now: datetime = NOW,

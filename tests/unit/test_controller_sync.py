@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 
 import pytest
 
@@ -141,6 +142,44 @@ def test_process_shows_a_server_error_as_blocked_retries_with_backoff_and_resets
     cache_what_was_written(ctrl, server)
     process(ctrl, server)
     assert "Blocked" not in conditions(server), "the condition goes once the writes pass"
+
+
+def test_refusal_reason_a_quota_whose_used_count_moves_is_one_refusal(setup, monkeypatch):
+    """A ResourceQuota refusal names the pods used, which move as other pods come and go: the same
+    refusal all the same (issue 36 item 8). Logged once, retried with growing backoff, never requeued
+    at once outside the queue's bucket; one Event, one Blocked written."""
+    from controller import mpijob_controller
+
+    ctrl, api, server = setup
+    warnings: list[str] = []
+    monkeypatch.setattr(mpijob_controller.log, "warning", lambda msg, **kw: warnings.append(msg))
+    added: list[str] = []  # put back at once by the reconcile itself (not a backoff come due in the queue's thread)
+    plain_add, me = ctrl.queue.add, threading.current_thread()
+    monkeypatch.setattr(ctrl.queue, "add", lambda key: (
+        added.append(key) if threading.current_thread() is me else None, plain_add(key)))
+
+    def refuse(used: int) -> None:
+        msg = (f'pods "pi-worker-0" is forbidden: exceeded quota: q, requested: pods=1, used: pods={used}, '
+               "limited: pods=4")
+        server.fail_creates = ApiError(403, "Forbidden", msg, {"reason": "Forbidden", "code": 403})
+
+    refuse(3)
+    process(ctrl, server)  # met: logged, shown by the next pass at once
+    process(ctrl, server)  # shown: Blocked + one Event, retried with backoff
+    assert conditions(server).get("Blocked") == "True"
+    assert (len(warnings), len(added)) == (1, 1)
+    shown = copy.deepcopy(server.job["status"])
+    status_writes = len([c for c in api.calls if c[0] == "PATCH" and c[1].endswith("/status")])
+    for n, used in enumerate((2, 4, 1), start=2):
+        refuse(used)
+        process(ctrl, server)
+        assert ctrl.queue.num_requeues(KEY) == n, "the backoff grows: not taken for a new refusal"
+    assert (len(warnings), len(added)) == (1, 1), "no log line, no requeue at once per retry"
+    assert len([c for c in api.calls if c[0] == "PATCH" and c[1].endswith("/status")]) == status_writes, \
+        "Blocked is not rewritten per retry"
+    assert server.job["status"] == shown
+    events = [body for method, path, body in api.calls if method == "POST" and path.endswith("/events")]
+    assert [e["reason"] for e in events if e["type"] == "Warning"] == ["ChildRefused"]
 
 
 def test_process_retries_an_unexpected_error_with_backoff(setup):

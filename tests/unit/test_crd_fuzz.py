@@ -56,3 +56,16 @@ def test_the_generator_reaches_an_mpijob_without_a_worker_spec():
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]))
     for backend in BACKENDS:
         assert plan_of(job, backend).creates
+
+
+@FUZZ
+@given(job=mpijobs(with_status=True), backend=st.sampled_from(BACKENDS))
+def test_deadline_overflow_plan_of_any_admitted_mpijob_and_status_never_raises(job, backend):
+    """A status as anyone with status access may write it (startTime, completionTime from year 1 to
+    9999, any condition) beside any spec the CRD admits (int64 deadlines): plan() answers, and a
+    second plan of what it wrote raises nothing either."""
+    p = plan_of(job, backend)
+    if p.status is not None:
+        job = {**job, "status": p.status}
+        assert rst.get_condition(p.status, "Created") or rst.get_condition(p.status, "Failed")
+    plan_of(job, backend)

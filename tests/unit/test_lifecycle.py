@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
 
 from reconcilers import names as n
 from reconcilers import status as st
-from reconcilers.types import Observed
+from reconcilers.plan import plan
+from reconcilers.types import Config, Inputs, Observed
 from tests.unit.sim import (
     BACKENDS,
     NOW,
@@ -223,9 +225,19 @@ def test_a_retry_that_succeeded_is_not_restarting_before_the_job_counts_it(backe
 def test_restarting_when_a_worker_is_lost(backend):
     job, obs = running_state(mpijob(), backend)
     obs = workers_ready(obs, 1)
+    gone = tuple(x for x in obs.pods if x["metadata"]["name"].startswith("pi-worker-1"))  # its delete event
     obs = replace(obs, pods=[x for x in obs.pods if not x["metadata"]["name"].startswith("pi-worker-1")])
-    p = run(job, obs, backend=backend)
+    p = run(job, obs, backend=backend, gone_workers=gone)
     assert cond(p.status, st.RESTARTING)["status"] == "True"
+
+
+def test_a_ready_count_that_falls_is_no_restart(backend):
+    """A node that misses heartbeats (its pods' Ready False while they run on), a flapping readiness
+    probe: the Ready count falls with no pod lost. No Restarting, nothing written (section 9.1)."""
+    job, obs = running_state(mpijob(), backend)
+    p = run(job, workers_ready(obs, 0), backend=backend)
+    assert p.status is None or cond(p.status, st.RESTARTING) is None, p.status
+    assert st.is_true(job["status"], st.RUNNING)
 
 
 # -- finished ------------------------------------------------------------------------------------------------
@@ -497,3 +509,93 @@ def test_a_secret_that_lost_a_key_is_replaced_once(backend):
     # a cache that keeps no `data` at all is not a reason to replace it
     assert run(job, replace(obs, secret={k: v for k, v in obs.secret.items() if k != "data"}),
                backend=backend).writes == 0
+
+
+# A clash found while the MPIJob runs (a foreign object under the name of a child that was deleted, or
+# of the launcher WaitForWorkersReady has not created yet) is not an end (Failed/ResourceExists has no
+# completionTime): the children that run are left exactly as they are (issue 36 item 7).
+CLASH_RUNNING = [
+    # (case, spec, the child taken: observed foreign object in its slot, or a name the last apply met)
+    ("foreign Service in the cache", {}, "service", None),
+    ("foreign Secret in the cache", {}, "secret", None),
+    ("Service name taken, invisible to the caches", {}, None, "Service ns/pi"),
+    ("launcher name taken under WaitForWorkersReady", {"launcherCreationPolicy": "WaitForWorkersReady"}, None,
+     "Job ns/pi-launcher"),
+]
+
+
+def _workers_up_launcher_held(backend):
+    """WaitForWorkersReady: every worker Ready, the launcher Job not created yet."""
+    job, obs, _ = converge(mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"}), backend=backend)
+    obs = replace(workers_ready(obs, 2), pods=[pod(job, "worker", i, backend=backend) for i in range(2)])
+    return job, obs
+
+
+@pytest.mark.parametrize(("case", "spec", "slot", "taken"), CLASH_RUNNING, ids=[c[0] for c in CLASH_RUNNING])
+def test_clash_running_leaves_the_running_children_alone(backend, case, spec, slot, taken):
+    job, obs = _workers_up_launcher_held(backend) if spec else running_state(mpijob(), backend)
+    assert spec or cond(job, st.RUNNING)["status"] == "True"
+    if slot:
+        foreign = copy.deepcopy(getattr(obs, slot))
+        foreign["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "other", "uid": "u-rs", "controller": True}]
+        obs = replace(obs, **{slot: foreign})
+    if taken and taken.startswith("Service"):
+        obs = replace(obs, service=None)
+    msg = f"{taken} already exists and is not controlled by MPIJob ns/pi" if taken else None
+    p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), taken=msg))
+    assert cond(p.status, st.FAILED)["reason"] == "ResourceExists"
+    assert "completionTime" not in p.status
+    assert not p.creates and not p.deletes
+    assert [(x.ref.kind, x.ref.name, x.patch) for x in p.patches] == []  # no worker stopped, no launcher suspended
+    # the name frees up: the run carries on where it was, nothing recreated
+    job["status"] = p.status
+    if slot:
+        obs = replace(obs, **{slot: None})
+    p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen()))
+    assert cond(p.status, st.FAILED) is None
+    assert not p.deletes and not [x for x in p.patches if x.ref.name in ("pi-worker", "pi-launcher")]
+
+
+def test_clash_running_then_suspended_stops_the_children(backend):
+    """Kueue's eviction still stops every pod while a clash is reported."""
+    job, obs = running_state(mpijob(), backend)
+    foreign = copy.deepcopy(obs.service)
+    foreign["metadata"]["ownerReferences"] = []
+    job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "suspend": True}
+    p = run(job, replace(obs, service=foreign), backend=backend)
+    assert cond(p.status, st.FAILED)["reason"] == "ResourceExists"
+    assert cond(p.status, st.SUSPENDED)["status"] == "True"  # so that a resume starts afresh
+    stop = {"spec": {"replicas": 0}} if backend == "statefulset" else {"spec": {"suspend": True}}
+    patches = {x.ref.name: x.patch for x in p.patches}
+    assert patches["pi-worker"].get("spec", {}).items() >= stop["spec"].items()
+    assert patches["pi-launcher"]["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize("end", ["launcher succeeded", "launcher failed", "deadline"])
+def test_clash_running_still_ends_when_the_run_does(backend, end):
+    """The children run on through a clash, so their end (or the deadline) still ends the MPIJob and
+    stops its workers; the end replaces the clash's condition."""
+    job, obs = running_state(mpijob(run_policy={"activeDeadlineSeconds": 100}), backend)
+    foreign = copy.deepcopy(obs.service)
+    foreign["metadata"]["ownerReferences"] = []
+    obs = replace(obs, service=foreign)
+    p = run(job, obs, backend=backend, now=at(10))
+    assert cond(p.status, st.FAILED)["reason"] == "ResourceExists" and not p.patches
+    job["status"] = p.status
+    now = at(10)
+    if end == "deadline":
+        now = at(101)
+    else:
+        ctype, reason = ("Complete", "") if end == "launcher succeeded" else ("Failed", "BackoffLimitExceeded")
+        obs = replace(obs, launcher=job_finished(obs.launcher, ctype, reason))
+    p = run(job, obs, backend=backend, now=now)
+    want = {"launcher succeeded": (st.SUCCEEDED, "MPIJobSucceeded"),
+            "launcher failed": (st.FAILED, "BackoffLimitExceeded"), "deadline": (st.FAILED, "DeadlineExceeded")}[end]
+    assert cond(p.status, want[0])["reason"] == want[1] and p.status.get("completionTime")
+    if end == "launcher succeeded":
+        assert cond(p.status, st.FAILED) is None
+    stop = {"replicas": 0} if backend == "statefulset" else {"suspend": True}
+    assert any(x.ref.name == "pi-worker" and x.patch["spec"].items() >= stop.items() for x in p.patches)
+    assert foreign["metadata"]["name"] not in [x.ref.name for x in p.patches + p.deletes]
+    assert ("MPIJobSucceeded" if end == "launcher succeeded" else "MPIJobFailed") in events(p)

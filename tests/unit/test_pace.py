@@ -81,8 +81,9 @@ def test_status_minor_only(old, new, want):
     assert pc.status_minor_only(old, new) is want
 
 
-def _plan(job: dict, obs: Observed, backend: str, settle_s: float) -> Plan:
-    return plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), settle_s=settle_s))
+def _plan(job: dict, obs: Observed, backend: str, settle_s: float, gone_workers: tuple = ()) -> Plan:
+    return plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), settle_s=settle_s,
+                       gone_workers=gone_workers))
 
 
 def _writes(p: Plan) -> Counter:
@@ -156,8 +157,9 @@ def test_a_minor_change_alone_is_held_then_written(backend):
 def test_a_lost_worker_is_never_held(backend):
     """Restarting is a condition: written at once, with the counts, whatever the pods are doing."""
     _, job, obs = _bring_up(2, backend, settle_s=1.0)
+    gone = tuple(x for x in obs.pods if "worker-1" in x["metadata"]["name"])  # its delete event, seen
     obs = replace(workers_ready(obs, 1), pods=[x for x in obs.pods if "worker-1" not in x["metadata"]["name"]])
-    p = _plan(job, obs, backend, settle_s=2.0)
+    p = _plan(job, obs, backend, settle_s=2.0, gone_workers=gone)
     assert not p.held and st.is_true(p.status, st.RESTARTING)
     assert p.status["replicaStatuses"]["Worker"]["active"] == 1
     assert [x.ref.kind for x in p.patches] == ["ConfigMap"]

@@ -1,4 +1,4 @@
-"""Gang scheduling (reconcilers/podgroup.py): the PodGroup, the pod template marks, and its lifecycle
+"""Gang scheduling (reconcilers/gang/podgroup.py): the PodGroup, the pod template marks, and its lifecycle
 in plan(), for both PodGroup APIs and both worker backends."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from reconcilers import podgroup as pg
 from reconcilers import status as st
+from reconcilers.evidence import LauncherReport
+from reconcilers.gang import podgroup as pg
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, pod, run, running_state
 
@@ -258,7 +259,9 @@ def test_released_at_the_end_once_no_pod_holds_a_node(backend, gang, marked, wor
     pods += [_on_node(pod(job, "worker", i, phase, backend), node, deleting)
              for i, (phase, node, deleting) in enumerate(workers)]
     obs = replace(obs, launcher=job_finished(obs.launcher, "Complete"), pods=pods)
-    p = run(job, obs, backend, gang_scheduler=gang)
+    # Workers that ended as the launcher exits 0 are judged by its log (workerloss.judge): a clean one.
+    launcher_uid = pods[0]["metadata"]["uid"]
+    p = run(job, obs, backend, gang_scheduler=gang, reports={launcher_uid: LauncherReport(launcher_uid)})
     assert st.is_true(p.status, st.SUCCEEDED)
     assert pg.WAITING_CONDITION not in {c["type"] for c in p.status.get("conditions", [])}
     deletes = [(d.ref.kind, d.uid) for d in p.deletes if d.ref.kind == "PodGroup"]
@@ -277,7 +280,7 @@ def test_released_at_the_end_once_no_pod_holds_a_node(backend, gang, marked, wor
     # Marked before (a delete that failed, or a release before a resume): marked again, the update
     # that wakes the waiting gangs this time.
     obs.pod_group["metadata"]["annotations"] = {pg.RELEASED_ANNOTATION: "2025-01-01T11:59:00Z"}
-    again = run(job, obs, backend, gang_scheduler=gang)
+    again = run(job, obs, backend, gang_scheduler=gang, reports={launcher_uid: LauncherReport(launcher_uid)})
     assert [x.patch for x in again.patches if x.ref.kind == "PodGroup"] == [mark.patch]
     assert [(d.ref.kind, d.uid) for d in again.deletes if d.ref.kind == "PodGroup"] == [("PodGroup", uid)]
 

@@ -109,6 +109,32 @@ def test_the_same_refusal_is_recognised():
     assert not rf.same(DUP, QUOTA) and not rf.same(None, DUP)
 
 
+def quota(used: int) -> str:
+    return (f'pods "pi-worker-0" is forbidden: exceeded quota: q, requested: pods=1, used: pods={used}, '
+            "limited: pods=4")
+
+
+# (case, the refusal met again, the same as QUOTA_AT_3?) A refusal is what was refused and why (kind,
+# name, code, reason), not its wording: a quota's message carries the pods used, which move as other
+# pods come and go (issue 36 item 8).
+QUOTA_AT_3 = rf.Refusal(403, "Forbidden", quota(3), "Job", "pi-worker", 1)
+REFUSAL_REASON = [
+    ("the pods used moved", replace(QUOTA_AT_3, message=quota(2)), True),
+    ("another server's wording", replace(QUOTA_AT_3, message="exceeded quota"), True),
+    ("another generation", replace(QUOTA_AT_3, generation=2), True),
+    ("another child", replace(QUOTA_AT_3, kind="Job", name="pi-launcher"), False),
+    ("another kind", replace(QUOTA_AT_3, kind="StatefulSet"), False),
+    ("another code", replace(QUOTA_AT_3, code=429, reason="TooManyRequests"), False),
+    ("another reason, same code", replace(QUOTA_AT_3, reason="Unauthorized"), False),
+]
+
+
+@pytest.mark.parametrize(("case", "again", "same"), REFUSAL_REASON, ids=[c[0] for c in REFUSAL_REASON])
+def test_refusal_reason_same_compares_what_the_refusal_is(case, again, same):
+    assert rf.same(QUOTA_AT_3, again) is same
+    assert rf.same(again, QUOTA_AT_3) is same
+
+
 def test_a_finished_mpijob_is_not_blocked():
     job = mpijob()
     p = run(job, refusal=QUOTA)

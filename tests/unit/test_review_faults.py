@@ -15,7 +15,8 @@ from client.rest import RestClient
 from controller import __main__ as main
 from controller.workqueue import RateLimitingQueue
 from informers.transforms import SECRET_VALUE_PLACEHOLDER, strip_secret_data
-from reconcilers import apilimits, podgroup, predecessor
+from reconcilers import apilimits, predecessor
+from reconcilers.gang import podgroup
 from reconcilers.types import Config
 from reconcilers.validation import validate
 from tests.unit import sim

@@ -1,4 +1,4 @@
-"""Gang scheduling through the Workload API (reconcilers/workload_gang.py, --gang-scheduling=workload):
+"""Gang scheduling through the Workload API (reconcilers/gang/workload_gang.py, --gang-scheduling=workload):
 the Workload and PodGroup, the pod template mark, and their lifecycle in plan(), for both backends."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from reconcilers import podgroup as pg
 from reconcilers import status as st
-from reconcilers import workload_gang as wg
+from reconcilers.gang import podgroup as pg
+from reconcilers.gang import workload_gang as wg
 from reconcilers.types import Config
 from reconcilers.validation import validate
 from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, pod, run, workers_ready

@@ -1,5 +1,5 @@
-"""The plan's part in gang scheduling (`--gang-scheduling`): reconcilers/podgroup.py for the
-PodGroup of scheduler-plugins and Volcano, reconcilers/workload_gang.py for the Workload and PodGroup
+"""The plan's part in gang scheduling (`--gang-scheduling`): reconcilers/gang/podgroup.py for the
+PodGroup of scheduler-plugins and Volcano, reconcilers/gang/workload_gang.py for the Workload and PodGroup
 of Kubernetes' own Workload API.
 
 - `sync_pod_group`: the MPIJob's gang objects, created before its workers while it runs and
@@ -15,9 +15,10 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-from reconcilers import children, desired, diff, ownership, podgroup, status, workload_gang
+from reconcilers import children, desired, diff, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.gang import podgroup, workload_gang
 from reconcilers.types import Create, Obj, Patch
 
 

@@ -15,7 +15,7 @@ and every pod template (launcher and workers, both backends) carries
 profile with the gate on schedules gangs.
 
 `minCount` is `runPolicy.schedulingPolicy.minAvailable`, else workers + 1 (the launcher), as for the
-other gang modes (reconcilers/podgroup.py); at least 1, the API's minimum. With
+other gang modes (reconcilers/gang/podgroup.py); at least 1, the API's minimum. With
 `launcherCreationPolicy: WaitForWorkersReady` the launcher is created only once every worker is Ready,
 so the gang is the workers alone: the scheduler holds a gang's pods until `minCount` of them exist,
 and counting a launcher that waits for the workers would hold both forever. The launcher still names
@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcilers import names, podgroup
+from reconcilers import names
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.diff import ref_of
+from reconcilers.gang import podgroup
 from reconcilers.types import Config, Obj, Patch
 
 MODE = podgroup.WORKLOAD  # the --gang-scheduling value
@@ -50,7 +51,7 @@ TEMPLATE = "mpijob"  # the Workload's one pod group template
 # Set by the scheduler on the PodGroup: False (Unschedulable, SchedulerError) while the gang cannot be
 # placed, True once it was (for good: it never goes back to False).
 SCHEDULED_CONDITION = "PodGroupInitiallyScheduled"
-# The MPIJob's condition while the cluster does not serve the API (reconcilers/podgroup.py has the type).
+# The MPIJob's condition while the cluster does not serve the API (reconcilers/gang/podgroup.py has the type).
 R_UNAVAILABLE = "WorkloadAPIUnavailable"
 
 

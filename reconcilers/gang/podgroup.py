@@ -23,7 +23,7 @@ PriorityClasses): when minMember is below launcher + workers it is the workers t
 Lifecycle: created before the workers while the MPIJob runs; deleted when it is suspended (a resume
 creates it afresh) and when it finishes, as upstream does, but only once no pod of the gang holds a
 node, and a scheduler-plugins PodGroup marked released (RELEASED_ANNOTATION) in the same plan, just
-before (reconcilers/gang.py); the garbage collector removes it with the MPIJob. Nothing here does I/O.
+before (reconcilers/gang/lifecycle.py); the garbage collector removes it with the MPIJob. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from reconcilers.diff import merge_patch, ref_of
 from reconcilers.types import Config, Obj, Patch
 
 VOLCANO = "volcano"
-# The --gang-scheduling value of Kubernetes' own Workload API (reconcilers/workload_gang.py), not a
+# The --gang-scheduling value of Kubernetes' own Workload API (reconcilers/gang/workload_gang.py), not a
 # scheduler-plugins schedulerName.
 WORKLOAD = "workload"
 KIND = "PodGroup"
@@ -45,7 +45,7 @@ SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Set on a scheduler-plugins PodGroup (the time) just before it is deleted, its gang's pods off
-# their nodes: the update that wakes the gangs waiting for their room (reconcilers/gang.py).
+# their nodes: the update that wakes the gangs waiting for their room (reconcilers/gang/lifecycle.py).
 RELEASED_ANNOTATION = "mpijob-operator.dev/released"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"

@@ -1,0 +1,71 @@
+"""discover_hosts.sh in a running elastic launcher within seconds of a worker's start or loss
+(docs/architecture.md section 9.2). Pure: nothing here does I/O.
+
+A launcher reads discover_hosts.sh through its ConfigMap volume, which the kubelet refreshes only
+when it syncs the pod: every `syncFrequency` (1 min by default) with up to 50 % jitter, so elastic
+Horovod learned of a new or lost worker 60-90 s late. The kubelet also syncs a pod whenever the pod
+object changes, and each sync remounts its ConfigMap volumes from the kubelet's ConfigMap cache,
+which watches the ConfigMap. So once the ConfigMap (as cached) carries new hosts, the operator
+stamps their digest on each running launcher pod (annotation REFRESH_ANNOTATION): one pod patch per
+change of hosts, none at steady state, and only for an elastic launcher (one whose command or
+arguments name discover_hosts.sh: `horovodrun --host-discovery-script /etc/mpi/discover_hosts.sh`).
+For the same launchers the ConfigMap's discover_hosts.sh is not held by the settle window
+(reconcilers/pace.py): written as the plan sees the change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from reconcilers import desired, ownership
+from reconcilers.context import JobContext
+from reconcilers.draft import Draft
+from reconcilers.types import Patch, Ref
+
+REFRESH_ANNOTATION = "mpijob-operator.dev/discover-hosts"
+DISCOVERY_SCRIPT = "discover_hosts.sh"
+
+
+def is_elastic(mpijob: dict) -> bool:
+    """The launcher's command or arguments name discover_hosts.sh: an elastic launcher."""
+    spec = (mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}
+    template = ((spec.get("Launcher") or {}).get("template") or {}).get("spec") or {}
+    for c in template.get("containers") or []:
+        words: list[Any] = [*((c or {}).get("command") or []), *((c or {}).get("args") or [])]
+        if any(isinstance(w, str) and DISCOVERY_SCRIPT in w for w in words):
+            return True
+    return False
+
+
+def hosts_digest(config_map: dict | None) -> str | None:
+    data = (config_map or {}).get("data")
+    script = data.get(desired.DISCOVER_HOSTS) if isinstance(data, dict) else None
+    return hashlib.sha256(script.encode()).hexdigest()[:16] if isinstance(script, str) else None
+
+
+# After a write of the hosts, the launcher pods are stamped by a pass this much later, from the
+# ConfigMap as cached then: the kubelet, whose ConfigMap cache follows its own watch, has the new
+# hosts by the time the stamp makes it sync the pod. (The ConfigMap's event, an echo of our own write,
+# plans nothing: reconcilers/news.py.)
+STAMP_AFTER_S = 0.5
+
+
+def refresh_launchers(ctx: JobContext, draft: Draft) -> None:
+    """Stamps the cached ConfigMap's hosts digest on every running launcher pod that lacks it."""
+    if not is_elastic(ctx.job) or not ctx.owned(ctx.observed.config_map):
+        return
+    if any(p.ref.kind == "ConfigMap" for p in draft.plan.patches):
+        draft.requeue(STAMP_AFTER_S)  # the hosts are written now: stamp once the cache shows them
+    digest = hosts_digest(ctx.observed.config_map)
+    if digest is None:
+        return
+    for pod in ctx.pods.launchers:
+        meta = pod.get("metadata") or {}
+        if ownership.ended(pod) or ownership.deleting(pod) or (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        if (meta.get("annotations") or {}).get(REFRESH_ANNOTATION) == digest:
+            continue
+        draft.plan.patches.append(Patch(Ref("v1", "Pod", ctx.namespace, meta.get("name", "")),
+                                        {"metadata": {"annotations": {REFRESH_ANNOTATION: digest}}},
+                                        "discover_hosts.sh changed: the kubelet refreshes the launcher's volume"))
