@@ -119,7 +119,10 @@ def _run(inputs: Inputs) -> Plan:
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
-    draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=False)
+    # every failed attempt known, the ones not announced yet (the one that ended the job) included; a
+    # finished job's count never goes down as its pods go
+    draft.status["replicaStatuses"]["Launcher"]["failed"] = max(
+        accounts.shown(announcing=True), retries.shown_before(draft.old_status) if draft.finished() else 0)
 
     if _clash_held(draft):
         _held(ctx, draft, suspend)
@@ -170,7 +173,6 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        draft.status["replicaStatuses"]["Launcher"]["failed"] = accounts.shown(announcing=True)
         msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, described)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one

@@ -371,6 +371,14 @@ class Accounts:
         return max((self.announced() if announcing else self.book).failed, self.job_failed)
 
 
+def shown_before(old_status: Obj) -> int:
+    """replicaStatuses.Launcher.failed as the status showed it."""
+    rs = old_status.get("replicaStatuses")
+    la = rs.get("Launcher") if isinstance(rs, dict) else None
+    n = la.get("failed") if isinstance(la, dict) else None
+    return n if isinstance(n, int) and n > 0 else 0
+
+
 def account(ctx: JobContext, active: bool) -> Accounts:
     """The launcher's retries as this plan sees them; the ledger grows only while the MPIJob runs."""
     owned = ctx.owned(ctx.launcher)

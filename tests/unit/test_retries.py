@@ -428,3 +428,18 @@ def test_a_failed_pod_leaving_the_cache_is_no_news():
     assert st.R_RESTARTING not in [e[0] for e in events(p)], p.events
     assert json.loads(obs.launcher["metadata"]["annotations"][retries.LEDGER])["seen"] == [
         "pi-launcher-abc0#0", "pi-launcher-abc1#0"]
+
+
+def test_in_place_the_failure_that_ends_the_job_is_counted_and_stays():
+    """backoffLimit 1, the second run ended in place: Failed, replicaStatuses.Launcher.failed 2, and
+    2 still once the stopped launcher's pod is gone."""
+    job, obs = running_state(job_with(backoff=1), "statefulset")
+    obs = with_pods(obs, [running_launcher(job, restarts=1, last_code=1), *workers(job, "statefulset")])
+    job, obs = apply_plan(job, obs, run(job, obs, "statefulset"))
+    obs = with_pods(obs, [running_launcher(job, restarts=2, last_code=1), *workers(job, "statefulset")])
+    p = run(job, obs, "statefulset")
+    assert cond(p.status, st.FAILED)["reason"] == "BackoffLimitExceeded"
+    assert p.status["replicaStatuses"]["Launcher"]["failed"] == 2
+    job, obs = apply_plan(job, obs, p)
+    p = run(job, with_pods(obs, workers(job, "statefulset")), "statefulset")
+    assert (p.status or job["status"])["replicaStatuses"]["Launcher"]["failed"] == 2
