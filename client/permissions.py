@@ -137,10 +137,12 @@ def attributes(method: str, path: str, query: Mapping | None = None) -> Attribut
 
 def discovery(method: str, path: str) -> bool:
     """A GET of the API's discovery documents (/api, /apis, /apis/<group>[/<version>]), which every
-    authenticated user may read (the system:discovery ClusterRole)."""
+    authenticated user may read (the system:discovery ClusterRole), or of /version, which anyone may
+    (system:public-info-viewer; read once at start-up, controller/__main__.py)."""
     parts = [p for p in path.split("?", 1)[0].split("/") if p]
     return method.upper() == "GET" and ((parts[:1] == ["api"] and len(parts) <= 2)
-                                        or (parts[:1] == ["apis"] and len(parts) <= 3))
+                                        or (parts[:1] == ["apis"] and len(parts) <= 3)
+                                        or parts == ["version"])
 
 
 class Unpermitted(Exception):

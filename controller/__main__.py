@@ -91,6 +91,31 @@ def _workload_api_missing(client: RestClient, stop: threading.Event) -> str:
     return ""
 
 
+# The first release whose API server knows a container's own restartPolicy and restartPolicyRules
+# (ContainerRestartRules, alpha in 1.34: dropped when its gate is off, which leaves a launcher that
+# runs again in a new pod; beta and on from 1.35). An older API server refuses the fields (422).
+RESTART_RULES_SINCE = (1, 34)
+
+
+def _server_version(client: RestClient, stop: threading.Event) -> tuple[int, int] | None:
+    """(major, minor) of the API server (/version, readable by any client), None if it says no number."""
+    while not stop.is_set():
+        try:
+            v = client.request("GET", "/version", timeout=10)
+        except Exception as e:
+            log.warning("cannot read the API server's version; retrying", error=str(e))
+            stop.wait(5)
+            continue
+        major, minor = (str(v.get(k) or "") for k in ("major", "minor"))
+        digits = "".join(ch for ch in minor if ch.isdigit())  # "37+" on some distributions
+        if major.isdigit() and digits:
+            return int(major), int(digits)
+        log.warning("the API server's version has no number: launchers run again in new pods",
+                    version=v.get("gitVersion"))
+        return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = config.parse(argv)
     logs.setup(opts.log_format, opts.log_level)
@@ -113,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
     factory = InformerFactory(client, namespace=opts.namespace)
     unavailable = _workload_api_missing(client, stop) if opts.gang_scheduling == workload_gang.MODE else ""
-    ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable)
+    version = _server_version(client, stop) if opts.launcher_restart != "new-pod" else None
+    rules = version is not None and version >= RESTART_RULES_SINCE
+    ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable, container_restart_rules=rules)
 
     synced = threading.Event()
     ports = health.Servers().start(
@@ -123,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         readyz=lambda: (synced.is_set(), "ok" if synced.is_set() else "informer caches not synced"),
     )
     log.info("starting", version=config._version(), backend=opts.worker_backend, namespace=opts.namespace or "(all)",
-             leader_elect=opts.leader_elect, identity=opts.identity, **{f"{k}_port": v for k, v in ports.items()})
+             leader_elect=opts.leader_elect, identity=opts.identity, launcher_restart=(
+                 opts.launcher_restart if ctrl.config.container_restart_rules else "new-pod"),
+             **{f"{k}_port": v for k, v in ports.items()})
 
     _wait_for_crd(client, stop)
     if stop.is_set():

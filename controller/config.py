@@ -37,6 +37,7 @@ class Options:
     queue_burst: int = 100
     gang_scheduling: str = ""
     network_isolation: bool = True
+    launcher_restart: str = "auto"
     master: str = ""
     ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
@@ -110,6 +111,11 @@ def parser() -> argparse.ArgumentParser:
                    help="give each MPIJob a NetworkPolicy that admits only its own pods (and the peers of its "
                    "annotation mpijob-operator.dev/network-ingress-from); needs a NetworkPolicy implementation "
                    "in the cluster to take effect (default: true; --network-isolation=false turns it off)")
+    p.add_argument("--launcher-restart", choices=("auto", "in-place", "new-pod"), default="auto",
+                   help="how a failed launcher runs again where the API server admits container restart rules "
+                   "(Kubernetes >= 1.34): 'auto' (default) restarts its container in place with the StatefulSet "
+                   "backend and makes a new pod with the Job backend; 'in-place' restarts in place with both; "
+                   "'new-pod' always makes a new pod, after the launcher Job's backoff")
     return p
 
 

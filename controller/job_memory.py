@@ -1,13 +1,14 @@
 """What the controller remembers of each MPIJob between reconciles, in one place (docs/architecture.md
 section 3.2).
 
-Eight things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
+Nine things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
 taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status and the child
 patches its last pass wrote (so that their events can be told for echoes, reconcilers/news.py),
 the expectations of its writes (controller/expectations.py), what its launcher pods' logs said and
-the worker pods deleted since its last plan (reconcilers/workerloss.py); plus two metric series
-named after it. A restart loses the last two harmlessly: a log is read again, and a delete the
-caches no longer show is a gap docs/architecture.md section 9.1 names. All of them belong to
+the worker pods deleted since its last plan (reconcilers/workerloss.py), and its pods last seen
+disrupted (reconcilers/retries.py); plus two metric series named after it. A restart loses the
+last three harmlessly: a log is read again, and a delete or a disruption the caches no longer show
+is a gap docs/architecture.md sections 9.1 and 10 name. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
 again) must start blank, never inherit a refusal or a held write of its predecessor.
 
@@ -33,6 +34,12 @@ from reconcilers.evidence import LauncherReport
 from reconcilers.pace import Pace
 from reconcilers.refusal import Refusal
 
+# How long, and how many, disrupted pods are remembered past the cache: long enough for any reconcile
+# to see them (a worker's disruption binds the launcher attempt it ends within seconds), few enough
+# that an MPIJob evicted over and over costs little memory.
+DISRUPTED_KEEP_S = 600.0
+DISRUPTED_MAX = 64
+
 
 @dataclass
 class JobMemory:
@@ -52,6 +59,9 @@ class JobMemory:
     reports: dict[str, LauncherReport] = field(default_factory=dict)
     # worker pods whose delete event came since the last applied plan (reconcilers/workerloss.py)
     gone_workers: list[dict] = field(default_factory=list)
+    # pod uid -> (monotonic time, the pod's last state) for its pods seen with a DisruptionTarget
+    # condition: an evicted pod can leave the cache before a reconcile sees it (reconcilers/retries.py)
+    disrupted: dict[str, tuple[float, dict]] = field(default_factory=dict)
 
 
 class JobMemories:
@@ -83,6 +93,22 @@ class JobMemories:
         """A pod of the cached MPIJob `key` (with `uid`) moved: remember when (reconcilers/pace.py)."""
         with self.lock:
             self.of(key, uid).pace.last_pod_event = now
+
+    def pod_disrupted(self, key: str, uid: str, pod: dict, now: float) -> None:
+        """A pod of the cached MPIJob `key` (with `uid`) carries DisruptionTarget: keep its last state
+        for DISRUPTED_KEEP_S, at most DISRUPTED_MAX of them (the oldest go first)."""
+        with self.lock:
+            seen = self.of(key, uid).disrupted
+            seen[(pod.get("metadata") or {}).get("uid", "")] = (now, pod)
+            for old in sorted(seen, key=lambda u: seen[u][0])[:max(0, len(seen) - DISRUPTED_MAX)]:
+                del seen[old]
+
+    def disrupted(self, mem: JobMemory, now: float) -> list[dict]:
+        """The disrupted pods `mem` remembers, those older than DISRUPTED_KEEP_S forgotten."""
+        with self.lock:
+            for u in [u for u, (t, _) in mem.disrupted.items() if now - t > DISRUPTED_KEEP_S]:
+                del mem.disrupted[u]
+            return [p for _, p in mem.disrupted.values()]
 
     def seen(self, key: str, uid: str | None) -> None:
         """An add or update of MPIJob `key` carries `uid`: a changed one is a namesake (the delete

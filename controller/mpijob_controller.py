@@ -49,7 +49,7 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, news, pace, refusal, status
+from reconcilers import names, news, pace, refusal, retries, status
 from reconcilers.gang import workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan
@@ -112,6 +112,7 @@ class MPIJobController:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         keygen: Callable = sshkeys.generate,
         gang_unavailable: str = "",
+        container_restart_rules: bool = False,
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -122,6 +123,10 @@ class MPIJobController:
             # why the gang's API is not served (found at start-up, controller/__main__.py), or ""
             gang_unavailable=gang_unavailable,
             network_isolation=opts.network_isolation,
+            # the API server admits container restart rules (found at start-up): --launcher-restart says
+            # where a failed launcher restarts in place (reconcilers/restartpolicy.py)
+            container_restart_rules=container_restart_rules,
+            launcher_restart=opts.launcher_restart,
         )
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
@@ -281,6 +286,10 @@ class MPIJobController:
             if job is None:
                 continue  # its MPIJob is gone (the garbage collector removing its pods): nothing to do
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
+            if retries.disruption(pod) is not None:
+                # evicted, preempted, its node lost: it may leave the cache before the reconcile
+                # looks, and the plan must still tell that disruption apart (reconcilers/retries.py)
+                self.memory.pod_disrupted(key, job["metadata"].get("uid"), pod, now)
             if self.mpijobs.store.get(key) is None:
                 self.memory.forget(key)  # deleted meanwhile, its forget maybe before our write: again
                 continue
@@ -442,11 +451,15 @@ class MPIJobController:
         last = mem.refusal
         if last is not None and last.permanent and last.generation != mpijob["metadata"].get("generation"):
             mem.refusal = last = None  # the spec changed: try again
+        observed = self.observed(mpijob)
+        cached = {(p.get("metadata") or {}).get("uid") for p in observed.pods}
+        disrupted = tuple(p for p in self.memory.disrupted(mem, time.monotonic())
+                          if (p.get("metadata") or {}).get("uid") not in cached)
         with self.memory.lock:  # the pod informer's thread appends to it
             gone = tuple(mem.gone_workers)
-        inputs = Inputs(mpijob, self.observed(mpijob), self.config, self.now(), self.keygen, refusal=last,
+        inputs = Inputs(mpijob, observed, self.config, self.now(), self.keygen, refusal=last,
                         taken=taken, settle_s=self._settle(mem, mpijob), reports=dict(mem.reports),
-                        gone_workers=gone)
+                        gone_workers=gone, disrupted=disrupted)
         plan = make_plan(inputs)
         showing = last is not None and not mem.refusal_shown
         if showing:

@@ -21,13 +21,14 @@ def strip_managed_fields(obj: dict) -> dict:
 
 _SPEC_KEEP = ("nodeName", "hostname", "subdomain")
 _STATUS_KEEP = ("phase", "conditions", "podIP", "startTime", "reason", "message")
-_CONTAINER_STATUS_KEEP = ("name", "state", "restartCount", "ready")
+_CONTAINER_STATUS_KEEP = ("name", "state", "lastState", "restartCount", "ready")
 
 
 def slim_pod(obj: dict) -> dict:
     """A pod as the controller reads it: metadata (minus managedFields, with deletionTimestamp),
     spec.nodeName/hostname/subdomain, and status phase, conditions, podIP, startTime and the
-    containers' state, restartCount and ready."""
+    containers' state, lastState (how a container restarted in place last ended), restartCount and
+    ready."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}

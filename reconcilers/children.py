@@ -120,9 +120,16 @@ def launcher_running(ctx: JobContext) -> bool:
     launcher = ctx.launcher
     if not ctx.owned(launcher) or (launcher.get("spec") or {}).get("suspend"):
         return False
-    if any(desired.is_pod_active(p) for p in ctx.pods.launchers):
+    if any(desired.is_pod_active(p) and not _waiting(p) for p in ctx.pods.launchers):
         return True
     return int((launcher.get("status") or {}).get("ready") or 0) > 0
+
+
+def _waiting(pod: Obj) -> bool:
+    """A container of the pod waits to run again (restarted in place, in the kubelet's back-off):
+    the pod is Running, its launcher is not (docs/architecture.md section 11)."""
+    return any("waiting" in ((cs or {}).get("state") or {})
+               for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
 # -- workers ----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import base64
 import hashlib
 import json
 
-from reconcilers import names
+from reconcilers import names, restartpolicy
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.gang import podgroup, workload_gang
@@ -346,7 +346,12 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
     spec = template["spec"]
     spec["hostname"] = names.launcher_name(mpijob)
     spec["subdomain"] = names.service_name(mpijob)
-    spec["restartPolicy"] = _spec(mpijob)["mpiReplicaSpecs"][LAUNCHER].get("restartPolicy") or "Never"
+    # In place where the cluster can, else a new pod per retry; ExitCode as a podFailurePolicy
+    # (reconcilers/restartpolicy.py, docs/architecture.md section 11).
+    pod_policy, restart, _ = restartpolicy.launcher_pod(mpijob, config)
+    spec["restartPolicy"] = pod_policy
+    if not any(k in container for k in restart):  # the user's own restart fields stay as written
+        container.update(restart)
     _add_env(container, launcher_env(mpijob))
     if _spec(mpijob).get("runLauncherAsWorker"):
         template["metadata"]["labels"][names.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
@@ -405,12 +410,16 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     ttlSecondsAfterFinished is *not* copied: the operator deletes the whole MPIJob when it runs out."""
     template = launcher_template(mpijob, config)
     rp = _spec(mpijob)["runPolicy"]
+    _, _, failure_policy = restartpolicy.launcher_pod(mpijob, config)
     spec: Obj = {
-        "backoffLimit": rp["backoffLimit"],
+        # The operator counts the retries (reconcilers/retries.py): the Job's own limit is a net under it.
+        "backoffLimit": restartpolicy.job_backoff_limit(restartpolicy.backoff_limit(mpijob), 0),
         "podReplacementPolicy": "Failed",
         "suspend": not running,
         "template": template,
     }
+    if failure_policy is not None:
+        spec["podFailurePolicy"] = failure_policy
     ads = rp.get("activeDeadlineSeconds")
     if ads is not None and ads <= MAX_JOB_DEADLINE_S:
         spec["activeDeadlineSeconds"] = ads

@@ -16,7 +16,7 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import evidence, refusal, status, workerloss
+from reconcilers import evidence, refusal, retries, status, workerloss
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.refusal import Refusal
@@ -99,6 +99,8 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
         workerloss.drop(draft)  # the loss, if any, cut no rank short: the launcher's log says so
+    elif (permanent := retries.permanent_exit(ctx, reason, message)) is not None:
+        draft.fail(*permanent, when)  # restartPolicy ExitCode: the reason names the exit code's class
     else:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""
         draft.fail(reason, f"MPIJob {ctx.key} has failed: {message or reason}{detail}", when)

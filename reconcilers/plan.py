@@ -49,7 +49,9 @@ from reconcilers import (
     outcome,
     ownership,
     predecessor,
+    retries,
     status,
+    takeover,
     workerloss,
 )
 from reconcilers.context import JobContext
@@ -110,11 +112,17 @@ def _run(inputs: Inputs) -> Plan:
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
-    _outcomes(ctx, draft)
+    # The launcher's failed attempts, told apart by cause (reconcilers/retries.py).
+    accounts = retries.account(ctx, active=not draft.finished() and not suspend)
+    _outcomes(ctx, draft, accounts)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
         list(ctx.pods.launchers), list(ctx.pods.workers))
+    # every failed attempt known, the ones not announced yet (the one that ended the job) included; a
+    # finished job's count never goes down as its pods go
+    draft.status["replicaStatuses"]["Launcher"]["failed"] = max(
+        accounts.shown(announcing=True), retries.shown_before(draft.old_status) if draft.finished() else 0)
 
     if _clash_held(draft):
         _held(ctx, draft, suspend)
@@ -123,7 +131,7 @@ def _run(inputs: Inputs) -> Plan:
     elif suspend:
         _suspended(ctx, draft)
     else:
-        _active(ctx, draft)
+        _active(ctx, draft, accounts)
     return draft.finish()
 
 
@@ -138,7 +146,7 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 # -- states -----------------------------------------------------------------------------------------
 
 
-def _active(ctx: JobContext, draft: Draft) -> None:
+def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     children.shared_children(ctx, draft)
     elastic.refresh_launchers(ctx, draft)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
@@ -159,16 +167,37 @@ def _active(ctx: JobContext, draft: Draft) -> None:
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
-    if running:
+    described = retries.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
+    newest = accounts.newest
+    announcing = accounts.new_failure and not launcher_done and newest is not None
+    if announcing and newest is not None:
+        # Every failed attempt is announced, with its cause, even when the launcher already runs
+        # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
+        msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, described)
+        if newest.in_place:
+            workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
+        draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
+        draft.event("Warning", status.R_RESTARTING, msg)
+        if running:
+            draft.requeue(retries.RUNNING_AGAIN_S)
+    elif running:
         msg = f"MPIJob {ctx.key} is running: the launcher and {count} worker(s) are ready."
         if draft.condition(status.RUNNING, "True", status.R_RUNNING, msg):
             draft.event("Normal", status.R_RUNNING, msg)
+    elif launcher_retry and accounts.fails:
+        # the newest failure, announced already: its message stays (the Job's count alone says less)
+        msg = retries.restarting(ctx, accounts.fails, accounts.fails[-1], accounts.book.failed, described)
+        if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
+            draft.event("Warning", status.R_RESTARTING, msg)
     elif launcher_retry or lost or job_lost:
         why = ("the launcher failed " + str(lst.get("failed")) + " time(s)" if launcher_retry
-               else f"worker {', '.join(lost)} was lost" if lost else str(job_lost))
+               else "; ".join(described) if described else f"worker {', '.join(lost)} was lost" if lost
+               else str(job_lost))
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
+    if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
+        retries.sync(ctx, draft, accounts, announcing)
     gang.gang_wait(ctx, draft, running)
 
 
@@ -209,7 +238,7 @@ def _clash_held(draft: Draft) -> bool:
     return _clash_condition(draft) is not None
 
 
-def _outcomes(ctx: JobContext, draft: Draft) -> None:
+def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     """The launcher's outcome and the deadline. Also while a name clash holds the job: its children
     run on (`_held`), so the launcher's end or the deadline still ends the job, and that end replaces
     the clash's condition (which is set aside meanwhile, then put back as it was)."""
@@ -219,6 +248,11 @@ def _outcomes(ctx: JobContext, draft: Draft) -> None:
         status.remove_condition(draft.status, status.FAILED)
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
+    if not draft.finished():
+        ended = retries.verdict(ctx, accounts.fails)  # before the launcher Job shows it (retries.py)
+        if ended:
+            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
+            outcome.not_running_if_never_ran(draft, None)
     if not draft.finished():
         outcome.deadline(ctx, draft)
     if clash is not None and not draft.finished():

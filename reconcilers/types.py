@@ -40,6 +40,12 @@ class Config:
     # --network-isolation: each MPIJob gets a NetworkPolicy that admits only its own pods (and the
     # peers its annotation names; reconcilers/netpol.py). Off: no policy is made, none is watched.
     network_isolation: bool = True
+    # The API server admits a container's own restartPolicy and restartPolicyRules (Kubernetes >=
+    # 1.34; found once at start-up): a failed launcher can then restart in place (restartpolicy.py).
+    container_restart_rules: bool = False
+    # --launcher-restart: "auto" (in place with the StatefulSet backend), "in-place" (both backends),
+    # "new-pod" (never in place).
+    launcher_restart: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -171,3 +177,7 @@ class Inputs:
     # The last known state of worker pods deleted since the last applied plan: a StatefulSet can
     # replace a pod before any reconcile sees it deleting (reconcilers/workerloss.py).
     gone_workers: tuple[Obj, ...] = ()
+    # Pods of this MPIJob last seen with a DisruptionTarget condition that have left the cache since
+    # (an evicted pod can be gone before any reconcile looks): the controller's memory of them
+    # (reconcilers/retries.py: a disruption is told apart even so).
+    disrupted: tuple[Obj, ...] = ()

@@ -25,6 +25,9 @@ CLEAN_POD_POLICIES = ("Running", "All", "None")
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 RESTART_POLICIES = ("Never", "OnFailure")
+# The launcher also takes upstream's ExitCode: 1-127 fail the MPIJob at once, 128-255 are retried
+# (reconcilers/restartpolicy.py). Workers run sshd: an exit code says nothing of the ranks there.
+LAUNCHER_RESTART_POLICIES = (*RESTART_POLICIES, "ExitCode")
 REPLICA_TYPES = (defaults.LAUNCHER, defaults.WORKER)
 RESERVED_VOLUMES = ("ssh-auth", "mpi-job-config")
 # The Indexed Job API caps parallelism at 10^5; a StatefulSet this big is unreasonable too.
@@ -127,7 +130,8 @@ def _validate(job: Any, config: Config) -> list[FieldError]:
                     c.add(f"{path}.replicas", f"must be <= {MAX_WORKERS}, got {replicas}; use fewer workers")
                 else:
                     workers = replicas
-            c.enum_field(rs, "restartPolicy", path, RESTART_POLICIES)
+            c.enum_field(rs, "restartPolicy", path,
+                         LAUNCHER_RESTART_POLICIES if rtype == defaults.LAUNCHER else RESTART_POLICIES)
             _validate_template(c, rs.get("template"), f"{path}.template")
 
     c.int_field(spec, "slotsPerWorker", "spec", 1, "MPI slots per worker")

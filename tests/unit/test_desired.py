@@ -82,7 +82,8 @@ def test_launcher_job():
     job = job_of(run_policy={"backoffLimit": 3, "activeDeadlineSeconds": 100, "ttlSecondsAfterFinished": 5})
     lau = dz.launcher(job, Config())
     spec = lau["spec"]
-    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"]) == (3, 100)
+    # runPolicy.backoffLimit + 1: the operator counts the retries, the Job's limit is a net under it
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"]) == (3 + 1, 100)
     assert "ttlSecondsAfterFinished" not in spec
     pod_spec = spec["template"]["spec"]
     assert (pod_spec["hostname"], pod_spec["subdomain"], pod_spec["restartPolicy"]) == ("pi-launcher", "pi", "Never")

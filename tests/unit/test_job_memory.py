@@ -266,3 +266,20 @@ def test_a_refusal_met_again_by_the_pass_that_shows_it_backs_off_instead_of_spin
     assert failed_reason(ctrl.executor.plans[-1][1]) == "ChildRefused", "that pass shows it"
     assert ctrl.queue.num_requeues("ns/pi") == 1, "refused again while shown: retried with backoff"
     assert ctrl.memory.peek("ns/pi").refusal_shown is False, "still to be shown"
+
+
+def test_disrupted_pods_are_kept_for_a_while_and_few():
+    """A disrupted pod's last state outlives the cache for DISRUPTED_KEEP_S, at most DISRUPTED_MAX per
+    MPIJob; a namesake (another uid) starts without them (reconcilers/retries.py)."""
+    from controller.expectations import Expectations
+    from controller.job_memory import DISRUPTED_KEEP_S, DISRUPTED_MAX, JobMemories
+
+    mems = JobMemories(Expectations())
+    for i in range(DISRUPTED_MAX + 3):
+        mems.pod_disrupted("ns/pi", "u1", {"metadata": {"uid": f"p{i}"}}, now=float(i))
+    mem = mems.of("ns/pi", "u1")
+    kept = mems.disrupted(mem, now=float(DISRUPTED_MAX + 3))
+    assert [p["metadata"]["uid"] for p in kept] == [f"p{i}" for i in range(3, DISRUPTED_MAX + 3)]
+    assert mems.disrupted(mem, now=DISRUPTED_MAX + 3 + DISRUPTED_KEEP_S + 1) == []
+    mems.pod_disrupted("ns/pi", "u1", {"metadata": {"uid": "x"}}, now=0.0)
+    assert mems.of("ns/pi", "u2").disrupted == {}

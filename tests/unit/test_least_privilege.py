@@ -129,6 +129,9 @@ FENCE = [
     ("all namespaces", "DELETE", "/api/v1/namespaces/a/configmaps/pi-config", None, False),
     ("all namespaces", "GET", "/api/v1/namespaces/a/pods/p", None, False),
     ("all namespaces", "GET", "/apis/kubeflow.org/v2beta1", None, True),  # discovery
+    ("all namespaces", "GET", "/version", None, True),  # public (container restart rules, section 11)
+    ("all namespaces", "POST", "/version", None, False),
+    ("all namespaces", "GET", "/version/x", None, False),
     ("all namespaces", "GET", "/metrics", None, False),
     ("all namespaces", "PUT", "/apis/coordination.k8s.io/v1/namespaces/mpi-operator/leases/l", None, True),
     ("all namespaces", "PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/l", None, False),

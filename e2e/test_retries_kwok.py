@@ -1,0 +1,99 @@
+"""Retries told apart by cause, on kwok pods with the cluster's real Job controller and API server
+(docs/architecture.md section 11), both worker backends: evictions through the Eviction API use no
+retry (`disruption`), restartPolicy ExitCode (`exit_code`). The real node runs the same with MPI
+(e2e/test_realnode_retries.py). kwok keeps the DisruptionTarget condition the API server's
+eviction sets on a pod through the terminal phase it writes (checked on the local cluster)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testsupport.builders import simulated_mpijob
+from testsupport.kubectl import apply, conditions, events, get, live, pods, wait_condition, wait_finished
+from testsupport.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+LEDGER = "mpijob-operator.dev/launcher-retries"
+
+
+def evict(kubectl, ns: str, pod: str) -> None:
+    """What `kubectl drain` does for each pod: the pods/eviction subresource."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+    kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", "-f", "-", input=json.dumps(body))
+
+
+def restarting_events(kubectl, ns: str, name: str) -> list[str]:
+    return [e["message"] for e in events(kubectl, ns, name) if e["reason"] == "MPIJobRestarting"]
+
+
+def one_live_launcher(kubectl, ns: str, name: str, not_uid: str = "") -> dict:
+    def found() -> dict | None:
+        ps = [p for p in live(pods(kubectl, ns, name, "launcher")) if p["metadata"]["uid"] != not_uid
+              and p["status"].get("phase") == "Running"]
+        return ps[0] if ps else None
+
+    return wait_until(found, 90, interval=0.3, what=f"a Running launcher pod of {ns}/{name}")
+
+
+def test_disruption_evictions_use_no_retry_of_backoff_limit_0(kubectl, operator, namespace, backend):
+    """backoffLimit 0. The launcher pod evicted (as a drain of its node does): the Job ignores it and
+    makes a new pod; the MPIJob says why in Restarting and an Event, and runs on. Then a worker
+    evicted: the operator binds that disruption to the running attempt (the launcher Job's ledger,
+    its limit raised), and the launcher that fails next (deleted here, exit 1: kwok runs no mpirun)
+    costs nothing either. The MPIJob is never Failed."""
+    job = simulated_mpijob("pi", workers=2, launcher_runs=None, run_policy={"backoffLimit": 0})
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    first = one_live_launcher(kubectl, namespace, "pi")
+    evict(kubectl, namespace, first["metadata"]["name"])
+    second = one_live_launcher(kubectl, namespace, "pi", not_uid=first["metadata"]["uid"])
+    # (the evicted pod is gone once the Job controller counted it: its DisruptionTarget shows here)
+    msgs = restarting_events(kubectl, namespace, "pi")
+    assert any(f"launcher pod {first['metadata']['name']} was disrupted (EvictionByEvictionAPI" in m
+               and "not counted, 0 of 0 retries" in m for m in msgs), msgs
+    assert (get(kubectl, namespace, "job", "pi-launcher") or {})["status"].get("failed", 0) == 0
+
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-1"]
+    evict(kubectl, namespace, victim["metadata"]["name"])
+
+    def bound() -> dict | None:
+        lj = get(kubectl, namespace, "job", "pi-launcher") or {}
+        raw = ((lj.get("metadata") or {}).get("annotations") or {}).get(LEDGER) or "{}"
+        book = json.loads(raw).get("notCounted", {})
+        return book if f"{second['metadata']['name']}#0" in book else None
+
+    book = wait_until(bound, 60, interval=0.3, what="the worker's eviction bound to the running attempt")
+    assert book[f"{second['metadata']['name']}#0"]["worker"] == "pi-worker-1", book
+    assert get(kubectl, namespace, "job", "pi-launcher")["spec"]["backoffLimit"] == 0 + 1 + 1
+    kubectl("-n", namespace, "delete", "pod", second["metadata"]["name"], "--wait=false")
+    one_live_launcher(kubectl, namespace, "pi", not_uid=second["metadata"]["uid"])
+    wait_until(lambda: any("was disrupted" in m and second["metadata"]["name"] in m and "exit code 1" in m
+                           for m in restarting_events(kubectl, namespace, "pi")), 60, interval=0.3,
+               what="the failure the eviction caused, announced as not counted")
+    assert conditions(kubectl, namespace, "pi").get("Failed") is None
+
+
+@pytest.mark.parametrize(("code", "backoff", "outcome", "attempts"), [
+    (3, 3, "PermanentExitCode", 1),  # 1-127: at once, with retries left
+    (137, 1, "BackoffLimitExceeded", 2),  # 128-255: retried, counted
+])
+def test_exit_code_permanent_or_retried(kubectl, start_operator, namespace, code, backoff, outcome, attempts):
+    """restartPolicy ExitCode, the Job backend (the rule is the launcher Job's podFailurePolicy, the
+    same with both; the real node runs it with both, e2e/test_realnode_retries.py)."""
+    start_operator("job", namespace)
+    job = simulated_mpijob("pi", workers=1, launcher_runs="2s", launcher_exit=code,
+                           run_policy={"backoffLimit": backoff})
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "ExitCode"
+    apply(kubectl, namespace, job)
+    assert wait_finished(kubectl, namespace, "pi", 120) == "Failed"
+    failed = conditions(kubectl, namespace, "pi")["Failed"]
+    assert failed["reason"] == outcome, failed
+    assert f"code {code}" in failed["message"], failed
+    launchers = pods(kubectl, namespace, "pi", "launcher")
+    assert len([p for p in launchers if p["status"].get("phase") == "Failed"]) == attempts, launchers
+    if attempts > 1:
+        msgs = restarting_events(kubectl, namespace, "pi")
+        assert any(f"exit code {code}; counted, 1 of 1 retries" in m for m in msgs), msgs
