@@ -12,8 +12,8 @@ from __future__ import annotations
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.rest import RestClient
 from controller import logs
-from reconcilers import evidence
-from reconcilers.evidence import LauncherReport
+from reconcilers.failure import evidence
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import LogRead
 
 log = logs.get("evidence")

@@ -30,7 +30,7 @@ from controller import metrics
 from controller.expectations import Expectations
 from informers.store import split_key
 from reconcilers import names
-from reconcilers.evidence import LauncherReport
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.pace import Pace
 from reconcilers.refusal import Refusal
 

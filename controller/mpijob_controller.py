@@ -49,7 +49,8 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, news, pace, refusal, retries, status
+from reconcilers import names, news, pace, refusal, status
+from reconcilers.failure import retries
 from reconcilers.gang import workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan

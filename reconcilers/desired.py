@@ -13,9 +13,10 @@ import base64
 import hashlib
 import json
 
-from reconcilers import names, restartpolicy
+from reconcilers import names
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
+from reconcilers.failure import restartpolicy
 from reconcilers.gang import podgroup, workload_gang
 from reconcilers.types import Config, Obj, SSHKey
 

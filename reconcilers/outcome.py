@@ -16,9 +16,10 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import evidence, refusal, retries, status, workerloss
+from reconcilers import refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.failure import evidence, retries, workerloss
 from reconcilers.refusal import Refusal
 
 # How soon a verdict that waits on the launcher's log (or on the pod cache) is looked at again, in

@@ -49,14 +49,13 @@ from reconcilers import (
     outcome,
     ownership,
     predecessor,
-    retries,
     status,
     takeover,
-    workerloss,
 )
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
+from reconcilers.failure import retries, workerloss
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate

@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconcilers import apilimits, defaults, evidence, names, netpol
+from reconcilers import apilimits, defaults, names, netpol
 from reconcilers.backend import BACKENDS as WORKER_BACKENDS
+from reconcilers.failure import evidence
 from reconcilers.gang import workload_gang
 from reconcilers.names import BACKEND_ANNOTATION
 from reconcilers.types import Config

@@ -12,8 +12,8 @@ import pytest
 
 from reconcilers import desired
 from reconcilers import status as st
-from reconcilers import workerloss as wl
 from reconcilers.defaults import with_defaults
+from reconcilers.failure import workerloss as wl
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, NOW, at, converge, job_finished, mpijob, pod, run, running_state
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from reconcilers import status as st
-from reconcilers.evidence import LauncherReport
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.gang import podgroup as pg
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, apply_plan, converge, job_finished, mpijob, pod, run, running_state

@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 
 from reconcilers import desired as dz
-from reconcilers import restartpolicy as rp
-from reconcilers import retries
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
+from reconcilers.failure import restartpolicy as rp
+from reconcilers.failure import retries
 from reconcilers.types import Config, Observed
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, mpijob, pod, run, running_state, with_status
 

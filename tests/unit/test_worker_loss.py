@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from reconcilers import evidence
 from reconcilers import status as st
-from reconcilers import workerloss as wl
-from reconcilers.evidence import LauncherReport
+from reconcilers.failure import evidence
+from reconcilers.failure import workerloss as wl
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import Observed, Plan
 from reconcilers.validation import validate
 from tests.unit.sim import (

@@ -35,10 +35,11 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconcilers import desired, evidence, names, ownership, status
+from reconcilers import desired, names, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.evidence import LauncherReport
+from reconcilers.failure import evidence
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import LogRead, Obj
 
 WORKER_LOST = "WorkerLost"  # condition type, True while the current launcher attempt has lost a worker

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from reconcilers import desired, diff, names
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.restartpolicy import (
+from reconcilers.failure.restartpolicy import (
     DISRUPTION_TARGET,
     EXIT_CODE,
     PERMANENT_EXIT_CODES,
