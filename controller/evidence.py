@@ -1,5 +1,5 @@
 """Reads what a launcher pod reported as it ended: the end of its log, for the verdict on an exit 0
-after a worker's loss (reconcilers/evidence.py says what is looked for; docs/architecture.md 9.1).
+after a worker's loss (reconcilers/failure/evidence.py says what is looked for; docs/architecture.md 9.1).
 
 A read, not a write: no leadership guard, no retry loop. A log that cannot be read (the node gone,
 its kubelet unreachable, the container's log rotated away) is a report too, `unreadable`, which the

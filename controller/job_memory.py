@@ -5,8 +5,8 @@ Nine things outlive a reconcile: the last refused write (reconcilers/refusal.py)
 taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status and the child
 patches its last pass wrote (so that their events can be told for echoes, reconcilers/news.py),
 the expectations of its writes (controller/expectations.py), what its launcher pods' logs said and
-the worker pods deleted since its last plan (reconcilers/workerloss.py), and its pods last seen
-disrupted (reconcilers/retries.py); plus two metric series named after it. A restart loses the
+the worker pods deleted since its last plan (reconcilers/failure/workerloss.py), and its pods last seen
+disrupted (reconcilers/failure/retries.py); plus two metric series named after it. A restart loses the
 last three harmlessly: a log is read again, and a delete or a disruption the caches no longer show
 is a gap docs/architecture.md sections 9.1 and 10 name. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
@@ -55,12 +55,12 @@ class JobMemory:
     # (plural, namespace, name) -> the merge patch its last pass sent to that child, until its event
     # is seen (reconcilers/news.patch_echo)
     patches_sent: dict[tuple[str, str, str], dict] = field(default_factory=dict)
-    # launcher pod uid -> what its log said, once read (reconcilers/evidence.py, controller/evidence.py)
+    # launcher pod uid -> what its log said, once read (reconcilers/failure/evidence.py, controller/evidence.py)
     reports: dict[str, LauncherReport] = field(default_factory=dict)
-    # worker pods whose delete event came since the last applied plan (reconcilers/workerloss.py)
+    # worker pods whose delete event came since the last applied plan (reconcilers/failure/workerloss.py)
     gone_workers: list[dict] = field(default_factory=list)
     # pod uid -> (monotonic time, the pod's last state) for its pods seen with a DisruptionTarget
-    # condition: an evicted pod can leave the cache before a reconcile sees it (reconcilers/retries.py)
+    # condition: an evicted pod can leave the cache before a reconcile sees it (reconcilers/failure/retries.py)
     disrupted: dict[str, tuple[float, dict]] = field(default_factory=dict)
 
 

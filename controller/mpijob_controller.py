@@ -125,7 +125,7 @@ class MPIJobController:
             gang_unavailable=gang_unavailable,
             network_isolation=opts.network_isolation,
             # the API server admits container restart rules (found at start-up): --launcher-restart says
-            # where a failed launcher restarts in place (reconcilers/restartpolicy.py)
+            # where a failed launcher restarts in place (reconcilers/failure/restartpolicy.py)
             container_restart_rules=container_restart_rules,
             launcher_restart=opts.launcher_restart,
         )
@@ -268,7 +268,7 @@ class MPIJobController:
 
     def _pod_deleted(self, pod: dict) -> None:
         """A worker pod's delete is remembered for its MPIJob's next plan: a StatefulSet can replace
-        it before a reconcile sees it deleting (reconcilers/workerloss.py)."""
+        it before a reconcile sees it deleting (reconcilers/failure/workerloss.py)."""
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if self._active and labels.get(names.JOB_ROLE_LABEL) == "worker":
             for key in _pod_owner(pod):
@@ -289,7 +289,7 @@ class MPIJobController:
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
             if retries.disruption(pod) is not None:
                 # evicted, preempted, its node lost: it may leave the cache before the reconcile
-                # looks, and the plan must still tell that disruption apart (reconcilers/retries.py)
+                # looks, and the plan must still tell that disruption apart (reconcilers/failure/retries.py)
                 self.memory.pod_disrupted(key, job["metadata"].get("uid"), pod, now)
             if self.mpijobs.store.get(key) is None:
                 self.memory.forget(key)  # deleted meanwhile, its forget maybe before our write: again
@@ -528,7 +528,7 @@ class MPIJobController:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
     def _read_logs(self, key: str, mem: JobMemory, plan: Plan) -> None:
-        """The launcher logs the verdict waits on (reconcilers/workerloss.py judge): read once each,
+        """The launcher logs the verdict waits on (reconcilers/failure/workerloss.py judge): read once each,
         then plan again with what they said."""
         todo = [r for r in plan.read_logs if r.uid not in mem.reports]
         for want in todo:

@@ -105,7 +105,7 @@ def ready_workers(ctx: JobContext) -> int:
     pods: the Job controller writes `ready` in batches (a second at least after the pod, seconds on a
     busy cluster), and that lag was most of a bring-up's wait for Running (docs/architecture.md 7.1).
     A loss still shows only once both counts fell, as it did with the object's count alone: the pods
-    lost are seen on their own (reconcilers/workerloss.py)."""
+    lost are seen on their own (reconcilers/failure/workerloss.py)."""
     if takeover.upstream_shaped(ctx):
         return takeover.bare_workers_ready(ctx)
     workers = ctx.workers

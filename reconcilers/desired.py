@@ -348,7 +348,7 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
     spec["hostname"] = names.launcher_name(mpijob)
     spec["subdomain"] = names.service_name(mpijob)
     # In place where the cluster can, else a new pod per retry; ExitCode as a podFailurePolicy
-    # (reconcilers/restartpolicy.py, docs/architecture.md section 11).
+    # (reconcilers/failure/restartpolicy.py, docs/architecture.md section 11).
     pod_policy, restart, _ = restartpolicy.launcher_pod(mpijob, config)
     spec["restartPolicy"] = pod_policy
     if not any(k in container for k in restart):  # the user's own restart fields stay as written
@@ -413,7 +413,7 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     rp = _spec(mpijob)["runPolicy"]
     _, _, failure_policy = restartpolicy.launcher_pod(mpijob, config)
     spec: Obj = {
-        # The operator counts the retries (reconcilers/retries.py): the Job's own limit is a net under it.
+        # The operator counts the retries (reconcilers/failure/retries.py): the Job's own limit is a net under it.
         "backoffLimit": restartpolicy.job_backoff_limit(restartpolicy.backoff_limit(mpijob), 0),
         "podReplacementPolicy": "Failed",
         "suspend": not running,

@@ -8,7 +8,7 @@ Pure functions over a JobContext (what is observed) and a Draft (what is being d
   completionTime, so no TTL), cleared once the name is free.
 - `launcher_outcome`: Succeeded or Failed from the launcher Job's conditions; Failed/WorkerLostDuringRun
   for an Open MPI launcher that exited 0 after a worker's loss that its own log shows cut ranks
-  short (reconcilers/workerloss.py judges, reconcilers/evidence.py reads the evidence).
+  short (reconcilers/failure/workerloss.py judges, reconcilers/failure/evidence.py reads the evidence).
 - `deadline`: runPolicy.activeDeadlineSeconds from status.startTime.
 - `ttl`: ttlSecondsAfterFinished from status.completionTime.
 One Event per transition, never per reconcile.
@@ -80,7 +80,7 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     kind, reason, message, when = outcome
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
-        # The launcher's own report decides (reconcilers/evidence.py): read its log, then plan again.
+        # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.
         if judged.read is not None:
             draft.plan.read_logs.append(judged.read)
         draft.requeue(EVIDENCE_RECHECK_SECONDS)

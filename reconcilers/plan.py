@@ -111,7 +111,7 @@ def _run(inputs: Inputs) -> Plan:
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
-    # The launcher's failed attempts, told apart by cause (reconcilers/retries.py).
+    # The launcher's failed attempts, told apart by cause (reconcilers/failure/retries.py).
     accounts = retries.account(ctx, active=not draft.finished() and not suspend)
     _outcomes(ctx, draft, accounts)
 

@@ -114,7 +114,7 @@ class Event:
 
 @dataclass(frozen=True)
 class LogRead:
-    """Read the end of a launcher pod's log (reconcilers/evidence.py): the evidence an exit 0 after a
+    """Read the end of a launcher pod's log (reconcilers/failure/evidence.py): the evidence an exit 0 after a
     worker's loss needs. The controller reads it and plans again with the report (Inputs.reports)."""
 
     namespace: str
@@ -137,7 +137,7 @@ class Plan:
     delete_mpijob: bool = False
     # Minor writes (reconcilers/pace.py) were held back: planned again after `requeue_after`.
     held: bool = False
-    # Launcher logs to read before the verdict (reconcilers/evidence.py); reads, not writes.
+    # Launcher logs to read before the verdict (reconcilers/failure/evidence.py); reads, not writes.
     read_logs: list[LogRead] = field(default_factory=list)
 
     @property
@@ -172,12 +172,12 @@ class Inputs:
     taken: str | None = None
     # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
     settle_s: float = 0.0
-    # What the launcher pods' logs said, by pod uid, once read (reconcilers/evidence.py).
+    # What the launcher pods' logs said, by pod uid, once read (reconcilers/failure/evidence.py).
     reports: Mapping[str, LauncherReport] = field(default_factory=dict)
     # The last known state of worker pods deleted since the last applied plan: a StatefulSet can
-    # replace a pod before any reconcile sees it deleting (reconcilers/workerloss.py).
+    # replace a pod before any reconcile sees it deleting (reconcilers/failure/workerloss.py).
     gone_workers: tuple[Obj, ...] = ()
     # Pods of this MPIJob last seen with a DisruptionTarget condition that have left the cache since
     # (an evicted pod can be gone before any reconcile looks): the controller's memory of them
-    # (reconcilers/retries.py: a disruption is told apart even so).
+    # (reconcilers/failure/retries.py: a disruption is told apart even so).
     disrupted: tuple[Obj, ...] = ()

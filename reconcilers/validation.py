@@ -27,7 +27,7 @@ LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 RESTART_POLICIES = ("Never", "OnFailure")
 # The launcher also takes upstream's ExitCode: 1-127 fail the MPIJob at once, 128-255 are retried
-# (reconcilers/restartpolicy.py). Workers run sshd: an exit code says nothing of the ranks there.
+# (reconcilers/failure/restartpolicy.py). Workers run sshd: an exit code says nothing of the ranks there.
 LAUNCHER_RESTART_POLICIES = (*RESTART_POLICIES, "ExitCode")
 REPLICA_TYPES = (defaults.LAUNCHER, defaults.WORKER)
 RESERVED_VOLUMES = ("ssh-auth", "mpi-job-config")

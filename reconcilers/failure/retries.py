@@ -26,7 +26,7 @@ Restarting and an Event say so, once; a failed pod that leaves the cache is no n
 `notCounted`, attempt -> the disruption it is bound to. A launcher Job made afresh starts a fresh
 ledger, as the Job's own count starts afresh.
 
-How the launcher runs again, in place or in a new pod: reconcilers/restartpolicy.py.
+How the launcher runs again, in place or in a new pod: reconcilers/failure/restartpolicy.py.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ a loss is a reason to ask for evidence, never a verdict by itself:
    restart until the verdict. A record whose launcher pod is gone or Failed is dropped (that attempt
    is over; the Job's retry starts afresh).
 4. **The verdict on an exit 0** (`judge`): without a record, Succeeded. With one, the launcher's own
-   report decides (reconcilers/evidence.py): its log's end shows a lost daemon or rank -> cut short;
+   report decides (reconcilers/failure/evidence.py): its log's end shows a lost daemon or rank -> cut short;
    shows none -> Succeeded; cannot be read -> cut short, on the side of a resubmit.
 
 Only `mpiImplementation: OpenMPI` with the worker-loss policy `Evidence` needs any of this: the other

@@ -111,7 +111,7 @@ def run(job: dict, observed: Observed | None = None, backend: str = "job", now: 
         keygen: KeyGen | None = None, reports: dict | None = None, gone_workers: tuple = (),
         **config: Any) -> Plan:
     """One plan; `reports` (launcher pod uid -> LauncherReport) and `gone_workers` as the controller
-    would pass them (reconcilers/evidence.py, reconcilers/workerloss.py)."""
+    would pass them (reconcilers/failure/evidence.py, reconcilers/failure/workerloss.py)."""
     return plan(Inputs(job, observed or Observed(), Config(worker_backend=backend, **config), now,
                        keygen or KeyGen(), reports=reports or {}, gone_workers=gone_workers))
 

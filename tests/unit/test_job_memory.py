@@ -270,7 +270,7 @@ def test_a_refusal_met_again_by_the_pass_that_shows_it_backs_off_instead_of_spin
 
 def test_disrupted_pods_are_kept_for_a_while_and_few():
     """A disrupted pod's last state outlives the cache for DISRUPTED_KEEP_S, at most DISRUPTED_MAX per
-    MPIJob; a namesake (another uid) starts without them (reconcilers/retries.py)."""
+    MPIJob; a namesake (another uid) starts without them (reconcilers/failure/retries.py)."""
     from controller.expectations import Expectations
     from controller.job_memory import DISRUPTED_KEEP_S, DISRUPTED_MAX, JobMemories
 

@@ -1,4 +1,4 @@
-"""The launcher's retries told apart by cause (reconcilers/retries.py, reconcilers/restartpolicy.py,
+"""The launcher's retries told apart by cause (reconcilers/failure/retries.py, reconcilers/failure/restartpolicy.py,
 docs/architecture.md section 11): disruptions use no retry (`disruption`), restartPolicy ExitCode
 (`exit_code`), restarts in place counted by the operator (`in_place`), and what the status says."""
 

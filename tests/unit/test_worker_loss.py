@@ -1,5 +1,5 @@
-"""The verdict on an Open MPI launcher's exit 0 after a worker's loss (reconcilers/workerloss.py,
-reconcilers/evidence.py, docs/architecture.md section 9.1): a loss is recorded (condition WorkerLost,
+"""The verdict on an Open MPI launcher's exit 0 after a worker's loss (reconcilers/failure/workerloss.py,
+reconcilers/failure/evidence.py, docs/architecture.md section 9.1): a loss is recorded (condition WorkerLost,
 naming the launcher pod) from pods that ended or are being deleted, or deletes the controller saw,
 never from a Ready count or from times of two clocks; an exit 0 after a recorded loss waits for the
 launcher's log, which decides: a lost daemon or rank -> Failed/WorkerLostDuringRun, none ->
