@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from reconcilers import desired, ownership
+from reconcilers import desired
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.types import Patch, Ref
@@ -62,7 +62,7 @@ def refresh_launchers(ctx: JobContext, draft: Draft) -> None:
         return
     for pod in ctx.pods.launchers:
         meta = pod.get("metadata") or {}
-        if ownership.ended(pod) or ownership.deleting(pod) or (pod.get("status") or {}).get("phase") != "Running":
+        if not desired.is_pod_active(pod):  # Running and not being deleted
             continue
         if (meta.get("annotations") or {}).get(REFRESH_ANNOTATION) == digest:
             continue

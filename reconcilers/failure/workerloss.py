@@ -97,18 +97,23 @@ def current_workers(ctx: JobContext, st: Obj) -> list[Obj]:
     return [p for p in ctx.pods.workers if not stopped_by_suspend(p, resumed)]
 
 
-def lost_now(ctx: JobContext, st: Obj) -> list[str]:
-    """The hostnames of the current run's workers lost as the plan sees them (Restarting says so)."""
+def _lost_pods(ctx: JobContext) -> list[Obj]:
+    """Worker pods that ended, are being deleted, or whose delete the controller saw, at an index
+    below Worker replicas (a scale-down is asked for): rule 1 above, before whose loss it is."""
     count = desired.worker_replicas(ctx.job)
-    resumed = resumed_at(st)
     out = []
     for pod in [*ctx.pods.workers, *ctx.inputs.gone_workers]:
         gone = any(pod is g for g in ctx.inputs.gone_workers)
         index = _index(ctx, pod)
-        if (index is None or index < count) and not stopped_by_suspend(pod, resumed) and (
-                gone or ownership.ended(pod) or ownership.deleting(pod)):
-            out.append(desired.pod_hostname(pod))
-    return sorted(set(out))
+        if (index is None or index < count) and (gone or ownership.ended(pod) or ownership.deleting(pod)):
+            out.append(pod)
+    return out
+
+
+def lost_now(ctx: JobContext, st: Obj) -> list[str]:
+    """The hostnames of the current run's workers lost as the plan sees them (Restarting says so)."""
+    resumed = resumed_at(st)
+    return sorted({desired.pod_hostname(p) for p in _lost_pods(ctx) if not stopped_by_suspend(p, resumed)})
 
 
 def attempt(ctx: JobContext) -> Obj | None:
@@ -119,23 +124,16 @@ def attempt(ctx: JobContext) -> Obj | None:
 
 def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
     """The hostnames of the workers lost during `launcher_pod`'s run (rules 1 and 2 above)."""
-    count = desired.worker_replicas(ctx.job)
     created = status.parse_time(_meta(launcher_pod).get("creationTimestamp"))
-    out = []
-    for pod in [*ctx.pods.workers, *ctx.inputs.gone_workers]:
-        gone = any(pod is g for g in ctx.inputs.gone_workers)
-        if not (gone or ownership.ended(pod) or ownership.deleting(pod)):
-            continue
-        index = _index(ctx, pod)
-        if index is not None and index >= count:
-            continue  # scaled down: asked for
+    out = set()
+    for pod in _lost_pods(ctx):
         asked = delete_asked_at(pod)
         if asked is not None and created is not None and asked <= created:
             # Asked before this attempt began (a suspend, an earlier attempt), or in the second of its
             # creation (both stored in whole seconds), when its mpirun cannot have started yet.
             continue
-        out.append(desired.pod_hostname(pod))
-    return sorted(set(out))
+        out.add(desired.pod_hostname(pod))
+    return sorted(out)
 
 
 def recorded_attempt(st: Obj) -> str | None:
