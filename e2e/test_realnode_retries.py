@@ -152,7 +152,7 @@ def test_disruption_evicted_launcher_then_worker_with_backoff_limit_0_succeeds(
 
 @pytest.mark.parametrize("backend", STS_ONLY)
 @pytest.mark.parametrize(("script", "backoff", "reason", "attempts"), [
-    ("exit 3", 3, "PermanentExitCode", 1),  # 1-127: permanent, with 3 retries left
+    ("exit 3", 3, "PermanentExitCode3", 1),  # 1-127: permanent, with 3 retries left
     # 137: retried once, counted. SIGKILL to a child: the container's first process (PID 1 of its
     # namespace) ignores a SIGKILL sent from inside. `$$$$`: Kubernetes reads `$$` in args as `$`.
     ("sh -c 'kill -9 $$$$'; exit $?", 1, "BackoffLimitExceeded", 2),

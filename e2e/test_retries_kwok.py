@@ -77,7 +77,7 @@ def test_disruption_evictions_use_no_retry_of_backoff_limit_0(kubectl, operator,
 
 
 @pytest.mark.parametrize(("code", "backoff", "outcome", "attempts"), [
-    (3, 3, "PermanentExitCode", 1),  # 1-127: at once, with retries left
+    (3, 3, "PermanentExitCode3", 1),  # 1-127: at once, with retries left
     (137, 1, "BackoffLimitExceeded", 2),  # 128-255: retried, counted
 ])
 def test_exit_code_permanent_or_retried(kubectl, start_operator, namespace, code, backoff, outcome, attempts):

@@ -50,6 +50,8 @@ from reconcilers.failure.restartpolicy import (
 from reconcilers.types import Obj, Patch
 
 LEDGER = "mpijob-operator.dev/launcher-retries"
+# The Failed reason of restartPolicy ExitCode names the code, PermanentExitCode<N> (issue 35: "its
+# reason naming the code"); the prefix alone is what clients match on (README, "Conditions").
 R_PERMANENT_EXIT_CODE = "PermanentExitCode"
 R_BACKOFF_LIMIT = "BackoffLimitExceeded"
 _WHY_MAX = 200  # characters of a reason kept in the ledger
@@ -454,7 +456,7 @@ def verdict(ctx: JobContext, fails: list[Failure]) -> tuple[str, str] | None:
     runPolicy.backoffLimit allows (the Job, a failure wider, is stopped)."""
     permanent = next((f for f in fails if f.permanent), None)
     if permanent is not None:
-        return R_PERMANENT_EXIT_CODE, _permanent_message(ctx, permanent.exit_code, permanent.pod)
+        return permanent_reason(permanent.exit_code), _permanent_message(ctx, permanent.exit_code, permanent.pod)
     limit = backoff_limit(ctx.job)
     if counted(fails) <= limit:
         return None
@@ -464,6 +466,11 @@ def verdict(ctx: JobContext, fails: list[Failure]) -> tuple[str, str] | None:
         f"MPIJob {ctx.key} has failed: the launcher failed {counted(fails)} time(s), more than "
         f"runPolicy.backoffLimit ({limit}) allows; last: attempt {fails.index(last) + 1} (pod {last.pod}) "
         f"{last.cause}" + (f" ({free} failure(s) not counted)" if free else ""))
+
+
+def permanent_reason(code: int | None) -> str:
+    """`PermanentExitCode3` for exit code 3; the bare prefix when the code is unknown."""
+    return f"{R_PERMANENT_EXIT_CODE}{code}" if code is not None else R_PERMANENT_EXIT_CODE
 
 
 def _permanent_message(ctx: JobContext, code: int | None, pod: str) -> str:
@@ -483,6 +490,7 @@ def permanent_exit(ctx: JobContext, reason: str, message: str) -> tuple[str, str
         return None
     found = next((f for f in reversed(failures(ctx, {})) if f.permanent), None)
     if found is not None:
-        return R_PERMANENT_EXIT_CODE, _permanent_message(ctx, found.exit_code, found.pod)
+        return permanent_reason(found.exit_code), _permanent_message(ctx, found.exit_code, found.pod)
     m = _JOB_EXIT.search(message or "")  # the pod left the cache: the Job controller's message names it
-    return R_PERMANENT_EXIT_CODE, _permanent_message(ctx, int(m.group(1)) if m else None, "")
+    code = int(m.group(1)) if m else None
+    return permanent_reason(code), _permanent_message(ctx, code, "")

@@ -275,7 +275,7 @@ def test_exit_code_1_to_127_fails_at_once_naming_the_code(backend):
                                         active=0, ready=0))
     p = run(job, obs, backend)
     failed = cond(p.status, st.FAILED)
-    assert failed["reason"] == retries.R_PERMANENT_EXIT_CODE, failed
+    assert failed["reason"] == "PermanentExitCode3", failed
     assert "exited with code 3" in failed["message"] and "pi-launcher-abc0" in failed["message"], failed
 
 
@@ -285,7 +285,7 @@ def test_exit_code_permanent_seen_before_the_job_fails():
     job, obs = running_state(job_with("ExitCode", backoff=0), "job")
     obs = with_pods(obs, [failed_launcher(job, code=3), *workers(job, "job")], active=0, ready=0, failed=1)
     p = run(job, obs, "job")
-    assert cond(p.status, st.FAILED)["reason"] == retries.R_PERMANENT_EXIT_CODE
+    assert cond(p.status, st.FAILED)["reason"] == "PermanentExitCode3"
     assert cond(p.status, st.RESTARTING) is None and st.R_RESTARTING not in [e[0] for e in events(p)]
 
 
