@@ -63,8 +63,8 @@ e2e: $(PY) ## end-to-end tests: the operator as a process on the local cluster, 
 	@echo ">> end-to-end tests (local cluster)"
 	$(PY) -m pytest e2e -q $(MATRIX) $(PYTEST_ARGS)
 
-e2e-mpis: $(PY) mpi-images ## every MPI x backend x runLauncherAsWorker on the real node, failure paths, discovery (-s: times, hosts)
-	$(PY) -m pytest e2e/test_realnode_mpis.py e2e/test_realnode_retries.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
+e2e-mpis: $(PY) mpi-images ## every MPI x backend x runLauncherAsWorker on the real node, failure paths, discovery, the verdict scenarios (-s: times, hosts)
+	$(PY) -m pytest e2e/test_realnode_mpis.py e2e/test_realnode_retries.py e2e/test_verdict.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: TAS, MultiKueue with a second cluster)
 	$(PY) -m pytest e2e/test_kueue.py e2e/test_kueue_topology.py e2e/test_kueue_multikueue.py -q $(PYTEST_ARGS)

@@ -171,6 +171,15 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link add "$BRIDGE" type bridge
 fi
 ip addr show dev "$BRIDGE" | grep "inet $GATEWAY/" >/dev/null || ip addr add "$GATEWAY/${POD_SUBNET#*/}" dev "$BRIDGE"
+# The bridge's MAC address is pinned, as the CNI bridge plugin pins it where it owns the gateway: a
+# Linux bridge without one of its own takes the lowest MAC of its ports, so a pod whose host-side veth
+# held it took the gateway's address with it when it was deleted, and every other pod's ARP entry for
+# the gateway (their DNS server, CoreDNS) pointed nowhere until it expired: 30-45 s of lost name
+# lookups right after a pod was replaced (docs/architecture.md section 9.1, "A lookup after a worker's
+# replacement"). The address is made from the gateway's (0a:58 and its four bytes, locally administered).
+bridge_mac=$(printf '0a:58:%02x:%02x:%02x:%02x' ${GATEWAY//./ })
+[ "$(cat "/sys/class/net/$BRIDGE/address")" = "$bridge_mac" ] &&
+  [ "$(cat "/sys/class/net/$BRIDGE/addr_assign_type")" = 3 ] || ip link set "$BRIDGE" address "$bridge_mac"
 ip link set "$BRIDGE" up
 # Nothing from the pods is routed anywhere: no forwarding on this bridge.
 echo 0 >"/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null || true
