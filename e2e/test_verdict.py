@@ -33,6 +33,7 @@ from testsupport.paths import CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 BACKENDS = ["job", "statefulset"]
+ALL_MPIS = ["openmpi5", "openmpi4", "mpich", "intel"]
 REAL_NODE = "realnode"
 
 
@@ -61,7 +62,7 @@ def _succeeded_cleanly(kubectl, ns: str, name: str, result: str) -> str:
 
 
 @pytest.mark.parametrize(("flavour", "backend"), _cases(
-    ["openmpi5", "openmpi4", "mpich", "intel"], {("openmpi5", "job"), ("openmpi5", "statefulset"),
+    ALL_MPIS, {("openmpi5", "job"), ("openmpi5", "statefulset"),
                                                  ("openmpi4", "statefulset")}))
 def test_setup_loss_a_worker_replaced_before_mpirun_started_is_succeeded(kubectl, realnode, mpi_image, operator,
                                                                          namespace, backend, flavour):
@@ -70,11 +71,11 @@ def test_setup_loss_a_worker_replaced_before_mpirun_started_is_succeeded(kubectl
     and the launcher exits 0. Succeeded: the operator recorded the loss (WorkerLost), read the
     launcher's log and found no lost daemon. (Before: Failed/WorkerLostDuringRun.)"""
     name = f"setup-{flavour}"
-    # backoffLimit 2: on the Job backend every worker is recreated after a loss, and mpirun's ssh has
-    # met a name lookup that timed out there (docs/architecture.md 9.1, limits): a failed mpirun is
-    # retried, and the verdict is then that of the retry (Succeeded, no record).
+    # backoffLimit 3, as in issue 35's report; one attempt must do: the first mpirun runs after the
+    # worker is back. (It once met a name lookup that timed out, the real node's bridge changing its
+    # MAC address with its ports: hack/realnode/up.sh pins it.)
     job = mpijob(name, flavour, mpi_image(flavour), args=["sh", "-c", "sleep 30; exec mpirun -n 4 /opt/pi"],
-                 worker_command=SSHD, backoff=2)
+                 worker_command=SSHD, backoff=3)
     t0 = time.monotonic()
     apply(kubectl, namespace, job)
     wait_launcher_running(kubectl, namespace, name)
@@ -98,7 +99,8 @@ def test_setup_loss_a_worker_replaced_before_mpirun_started_is_succeeded(kubectl
     launchers = pods(kubectl, namespace, name, "launcher")
     attempts = len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
                                     for cs in p["status"].get("containerStatuses") or [])
-    if flavour in ("openmpi5", "openmpi4") and attempts == 1:  # the only MPI whose exit 0 is questioned
+    assert attempts == 1, f"{attempts} launcher attempts: {launcher_logs(kubectl, namespace, name)[-3000:]}"
+    if flavour in ("openmpi5", "openmpi4"):  # the only MPI whose exit 0 is questioned
         assert "was lost while the launcher ran; its log shows no lost daemon" in succeeded["message"], succeeded
     restarting = [e["message"] for e in mpijob_events(kubectl, namespace, name) if e["reason"] == "MPIJobRestarting"]
     assert any(f"{name}-worker-0 was lost" in m for m in restarting), restarting
@@ -116,7 +118,7 @@ def _node_ready(kubectl) -> str:
     return {c["type"]: c["status"] for c in node["status"]["conditions"]}.get("Ready", "")
 
 
-@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5"], {("openmpi5", "job")}))
+@pytest.mark.parametrize(("flavour", "backend"), _cases(ALL_MPIS, {("openmpi5", "job")}))
 def test_heartbeat_a_node_that_misses_heartbeats_with_its_pods_running_is_succeeded(
         kubectl, realnode, mpi_image, operator, namespace, backend, flavour):
     """The real node's kubelet is stopped (SIGSTOP) while the ranks run `sleep 90`: its heartbeats
@@ -158,7 +160,7 @@ def test_heartbeat_a_node_that_misses_heartbeats_with_its_pods_running_is_succee
           f"{not_ready_at:4.1f}s after the stop; Succeeded")
 
 
-@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5"], {("openmpi5", "statefulset")}))
+@pytest.mark.parametrize(("flavour", "backend"), _cases(ALL_MPIS, {("openmpi5", "statefulset")}))
 def test_readiness_flap_workers_whose_readiness_flaps_are_succeeded(kubectl, realnode, mpi_image, operator,
                                                                      namespace, backend, flavour):
     """Every worker's readiness probe fails every other 4 s (the Ready count goes 2, 0, 2, ...) while
@@ -197,7 +199,7 @@ def _time(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5"], {("openmpi5", "statefulset")}))
+@pytest.mark.parametrize(("flavour", "backend"), _cases(ALL_MPIS, {("openmpi5", "statefulset")}))
 def test_clock_skew_an_operator_5s_behind_the_api_server_still_succeeds(kubectl, realnode, mpi_image, start_operator,
                                                                        namespace, monkeypatch, backend, flavour):
     """The operator's clock runs 5 s behind the API server's. Its `Running` time is then 5 s earlier
