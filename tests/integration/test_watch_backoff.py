@@ -10,7 +10,6 @@ docs/figures.md.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from client.errors import ApiError
 from client.resources import CONFIGMAPS
 from client.rest import RestClient
 from informers.reflector import Backoff, Reflector
+from testsupport.reflector_waits import first_waits
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -64,18 +64,7 @@ def test_watch_backoff_against_a_watch_refused_by_rbac(kubectl, kubeconfig, name
     lists: list[int] = []
     r = Reflector(client, CONFIGMAPS, lambda items, rv, initial: lists.append(len(items)), lambda *a: None,
                   namespace=namespace, name="watch-backoff-rbac", backoff=Backoff(jitter=0.0))
-    delays: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        delays.append(seconds)
-        if len(delays) >= 8:
-            r.stop()
-
-    r._sleep = sleep  # type: ignore[method-assign]
-    t = threading.Thread(target=r.run, daemon=True)
-    t.start()
-    t.join(60)
-    assert not t.is_alive()
+    delays = first_waits(r, 8, join_s=60)
     # before: [0.8, 0.8, 0.8, ...], a relist every 0.8-1.6 s with jitter, forever
     assert delays == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
     assert len(lists) == 8 and r.watches == 8  # each wait followed a LIST that passed and a WATCH refused

@@ -27,6 +27,7 @@ from informers.factory import InformerFactory
 from informers.reflector import Backoff, Reflector
 from testsupport.fake_api import FakeApi, FakeStream
 from testsupport.net import local_client, serving
+from testsupport.reflector_waits import first_waits
 
 
 @pytest.mark.parametrize("value,seconds", [
@@ -116,22 +117,11 @@ class _Handler(BaseHTTPRequestHandler):
 def reflector_delays(header: str | None, body, n: int = 6) -> list[float]:
     """The first `n` waits of a reflector whose every LIST the fault server answers so. The waits are
     recorded, not slept: the test does not depend on the clock."""
-    delays: list[float] = []
     with serving(_FaultServer(header, body)) as srv:
         r = Reflector(local_client(f"http://127.0.0.1:{srv.server_address[1]}"), CONFIGMAPS,
                       lambda *a: None, lambda *a: None, namespace="ns", name="retry-after",
                       backoff=Backoff(jitter=0.0))
-
-        def sleep(seconds: float) -> None:
-            delays.append(seconds)
-            if len(delays) >= n:
-                r.stop()
-
-        r._sleep = sleep  # type: ignore[method-assign]
-        t = threading.Thread(target=r.run, daemon=True)
-        t.start()
-        t.join(20)
-        assert not t.is_alive()
+        delays = first_waits(r, n)
         assert srv.requests == n  # one LIST per wait: nothing sent without a wait before it
     return delays
 

@@ -9,14 +9,13 @@ tests/integration/test_watch_backoff.py.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from client.errors import ApiError
 from client.resources import CONFIGMAPS
 from informers.reflector import Backoff, Reflector
 from testsupport.fake_api import FakeApi, FakeStream
+from testsupport.reflector_waits import first_waits
 
 GROWING = [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
 
@@ -43,19 +42,7 @@ def run(client: FakeApi, n: int) -> tuple[list[float], Reflector]:
     """The first `n` waits of a reflector on `client`."""
     r = Reflector(client, CONFIGMAPS, lambda *a: None, lambda *a: None, namespace="ns", name="watch-backoff",
                   backoff=Backoff(jitter=0.0))
-    delays: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        delays.append(seconds)
-        if len(delays) >= n:
-            r.stop()
-
-    r._sleep = sleep  # type: ignore[method-assign]
-    t = threading.Thread(target=r.run, daemon=True)
-    t.start()
-    t.join(20)
-    assert not t.is_alive()
-    return delays, r
+    return first_waits(r, n), r
 
 
 @pytest.mark.parametrize("status", [403, 400, 405])
