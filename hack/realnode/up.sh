@@ -175,11 +175,15 @@ ip addr show dev "$BRIDGE" | grep "inet $GATEWAY/" >/dev/null || ip addr add "$G
 # Linux bridge without one of its own takes the lowest MAC of its ports, so a pod whose host-side veth
 # held it took the gateway's address with it when it was deleted, and every other pod's ARP entry for
 # the gateway (their DNS server, CoreDNS) pointed nowhere until it expired: 30-45 s of lost name
-# lookups right after a pod was replaced (docs/architecture.md section 9.1, "A lookup after a worker's
-# replacement"). The address is made from the gateway's (0a:58 and its four bytes, locally administered).
-bridge_mac=$(printf '0a:58:%02x:%02x:%02x:%02x' ${GATEWAY//./ })
-[ "$(cat "/sys/class/net/$BRIDGE/address")" = "$bridge_mac" ] &&
-  [ "$(cat "/sys/class/net/$BRIDGE/addr_assign_type")" = 3 ] || ip link set "$BRIDGE" address "$bridge_mac"
+# lookups right after a pod was replaced (docs/architecture.md section 11, "When in place"). The address
+# is made from the gateway's (0a:58 and its four bytes, locally administered).
+IFS=. read -r g1 g2 g3 g4 <<<"$GATEWAY"
+bridge_mac=$(printf '0a:58:%02x:%02x:%02x:%02x' "$g1" "$g2" "$g3" "$g4")
+# addr_assign_type 3: the address was set, the kernel no longer follows the ports
+if [ "$(cat "/sys/class/net/$BRIDGE/address")" != "$bridge_mac" ] ||
+   [ "$(cat "/sys/class/net/$BRIDGE/addr_assign_type")" != 3 ]; then
+  ip link set "$BRIDGE" address "$bridge_mac"
+fi
 ip link set "$BRIDGE" up
 # Nothing from the pods is routed anywhere: no forwarding on this bridge.
 echo 0 >"/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null || true
