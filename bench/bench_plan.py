@@ -49,7 +49,8 @@ def steady_state(job: dict, backend: str, workers: int) -> tuple[dict, Observed]
     for _ in range(5):
         p = plan(Inputs(job, obs, cfg, NOW, lambda: KEY))
         for c in p.creates:
-            slot = {"Service": "service", "ConfigMap": "config_map", "Secret": "secret"}.get(c.obj["kind"]) or (
+            slot = {"Service": "service", "ConfigMap": "config_map", "Secret": "secret",
+                    "NetworkPolicy": "network_policy"}.get(c.obj["kind"]) or (
                 "launcher" if c.obj["metadata"]["name"].endswith("-launcher") else "workers")
             setattr(obs, slot, c.obj)
         for pa in p.patches:
