@@ -51,7 +51,7 @@ from reconcilers.types import Obj, Patch
 
 LEDGER = "mpijob-operator.dev/launcher-retries"
 # The Failed reason of restartPolicy ExitCode names the code, PermanentExitCode<N> (issue 35: "its
-# reason naming the code"); the prefix alone is what clients match on (README, "Conditions").
+# reason naming the code"); clients match the prefix (README, "Troubleshooting").
 R_PERMANENT_EXIT_CODE = "PermanentExitCode"
 R_BACKOFF_LIMIT = "BackoffLimitExceeded"
 _WHY_MAX = 200  # characters of a reason kept in the ledger

@@ -443,3 +443,10 @@ def test_in_place_the_failure_that_ends_the_job_is_counted_and_stays():
     job, obs = apply_plan(job, obs, p)
     p = run(job, with_pods(obs, workers(job, "statefulset")), "statefulset")
     assert (p.status or job["status"])["replicaStatuses"]["Launcher"]["failed"] == 2
+
+
+@pytest.mark.parametrize(("code", "reason"), [(3, "PermanentExitCode3"), (1, "PermanentExitCode1"),
+                                              (127, "PermanentExitCode127"), (None, "PermanentExitCode")])
+def test_exit_code_permanent_reason_names_the_code(code, reason):
+    """The reason names the code (issue 35); a Job failure whose pod and message lost it keeps the prefix."""
+    assert retries.permanent_reason(code) == reason
