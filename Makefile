@@ -52,8 +52,8 @@ mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (h
 	@if [ "$$(id -u)" = 0 ]; then echo ">> MPI images (hack/images/build.sh mpis)"; hack/images/build.sh mpis >/dev/null; \
 	else echo ">> MPI images: skipped (building them needs root, as the real node does)"; fi
 
-# The whole MPI matrix (implementation x backend x runLauncherAsWorker, failure paths and discovery
-# on both backends: ~20 min) is `make e2e-mpis`; `make test` and `make e2e` run a cross-section of it
+# The whole MPI matrix (implementation x backend x runLauncherAsWorker, failure paths, discovery and
+# the verdict scenarios on both backends: ~50 min, the verdict's 27 of them) is `make e2e-mpis`; `make test` and `make e2e` run a cross-section of it
 # (every MPI, both backends, runLauncherAsWorker, ~5 min) and deselect the rest (marker mpi_matrix).
 MATRIX ?= -m "not mpi_matrix"
 
