@@ -61,9 +61,15 @@ def _succeeded_cleanly(kubectl, ns: str, name: str, result: str) -> str:
     return logs
 
 
+def _attempts(kubectl, ns: str, name: str) -> int:
+    """Launcher attempts: its pods plus their containers' restarts in place (docs/architecture.md 11)."""
+    launchers = pods(kubectl, ns, name, "launcher")
+    return len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
+                                for cs in p["status"].get("containerStatuses") or [])
+
+
 @pytest.mark.parametrize(("flavour", "backend"), _cases(
-    ALL_MPIS, {("openmpi5", "job"), ("openmpi5", "statefulset"),
-                                                 ("openmpi4", "statefulset")}))
+    ALL_MPIS, {("openmpi5", "job"), ("openmpi5", "statefulset"), ("openmpi4", "statefulset")}))
 def test_setup_loss_a_worker_replaced_before_mpirun_started_is_succeeded(kubectl, realnode, mpi_image, operator,
                                                                          namespace, backend, flavour):
     """The launcher prepares for 30 s before `mpirun` (a download, a wait for storage); worker 0 is
@@ -95,10 +101,7 @@ def test_setup_loss_a_worker_replaced_before_mpirun_started_is_succeeded(kubectl
     result = wait_finished(kubectl, namespace, name, 300)
     _succeeded_cleanly(kubectl, namespace, name, result)
     succeeded = condition(kubectl, namespace, name, "Succeeded")
-    # a retry is a new launcher pod, or its container restarted in place (docs/architecture.md 11)
-    launchers = pods(kubectl, namespace, name, "launcher")
-    attempts = len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
-                                    for cs in p["status"].get("containerStatuses") or [])
+    attempts = _attempts(kubectl, namespace, name)
     assert attempts == 1, f"{attempts} launcher attempts: {launcher_logs(kubectl, namespace, name)[-3000:]}"
     if flavour in ("openmpi5", "openmpi4"):  # the only MPI whose exit 0 is questioned
         assert "was lost while the launcher ran; its log shows no lost daemon" in succeeded["message"], succeeded
@@ -131,9 +134,7 @@ def test_setup_loss_a_worker_replaced_between_two_mpirun_runs_is_succeeded(kubec
     result = wait_finished(kubectl, namespace, name, 300)
     logs = _succeeded_cleanly(kubectl, namespace, name, result)
     assert logs.count("pi is approximately") == 2, logs
-    launchers = pods(kubectl, namespace, name, "launcher")
-    attempts = len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
-                                    for cs in p["status"].get("containerStatuses") or [])
+    attempts = _attempts(kubectl, namespace, name)
     assert attempts == 1, f"{attempts} launcher attempts: {logs[-3000:]}"
     restarting = [e["message"] for e in mpijob_events(kubectl, namespace, name) if e["reason"] == "MPIJobRestarting"]
     assert any(f"{name}-worker-0 was lost" in m for m in restarting), restarting
