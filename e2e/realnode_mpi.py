@@ -24,6 +24,9 @@ MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
 # The image flavours and the mpiImplementation each one needs.
 IMPLEMENTATION = {"openmpi4": "OpenMPI", "openmpi5": "OpenMPI", "mpich": "MPICH", "intel": "Intel"}
 SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+# A pod spec's placement on the real node: its label, and a toleration for its taint (hack/realnode/up.sh).
+ON_REAL_NODE = {"nodeSelector": {"mpijob-operator.dev/real-node": "true"},
+                "tolerations": [{"key": "mpijob-operator.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]}
 _RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.M)
 
 

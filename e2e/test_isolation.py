@@ -29,7 +29,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from realnode_mpi import IMPLEMENTATION, apply, launcher_logs, load_images, mpijob, pods, ready_workers, wait_finished
+from realnode_mpi import (
+    IMPLEMENTATION,
+    ON_REAL_NODE,
+    apply,
+    launcher_logs,
+    load_images,
+    mpijob,
+    pods,
+    ready_workers,
+    wait_finished,
+)
 
 from reconcilers import names as n
 from testsupport.kubectl import namespaced_service_account_kubeconfig
@@ -40,8 +50,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi
 AGENT = ROOT / "hack" / "realnode" / "network-policies.sh"
 SSH_PORT = 2222
 CONNECT_TIMEOUT = 3  # seconds a probe waits for its connection: a dropped SYN never answers
-NODE = {"nodeSelector": {"mpijob-operator.dev/real-node": "true"},
-        "tolerations": [{"key": "mpijob-operator.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]}
 # The launcher waits for /tmp/go before it runs mpirun: the probes run while the workers serve sshd.
 HOLD = "until [ -e /tmp/go ]; do sleep 0.2; done; exec mpirun -n 4 /opt/pi"
 # One probe per target, all at once: prints "<ip>:<port> open <first bytes>|refused|timeout|error ...".
@@ -97,7 +105,7 @@ def pod_manifest(name: str, image: str, command: list[str], labels: dict | None 
     if ports:
         container["ports"] = ports
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-            "spec": {**NODE, "terminationGracePeriodSeconds": 0, "containers": [container]}}
+            "spec": {**ON_REAL_NODE, "terminationGracePeriodSeconds": 0, "containers": [container]}}
 
 
 def start_pods(kubectl, ns: str, *manifests: dict) -> dict[str, str]:

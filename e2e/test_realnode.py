@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from realnode_mpi import ON_REAL_NODE
 
 from testsupport.paths import CLUSTER_DIR, ROOT
 
@@ -134,13 +135,11 @@ def _index_completed_and_never_rerun(kubectl, ns: str) -> None:
 
 
 BRIDGE = "mpijob-br0"  # the real node's pod bridge, its gateway CoreDNS's address (hack/lib/realnode.sh)
-SLEEPER_NODE = {"nodeSelector": {LABEL: "true"},
-                "tolerations": [{"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}]}
 
 
 def _sleeper(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {**SLEEPER_NODE, "terminationGracePeriodSeconds": 0,
+            "spec": {**ON_REAL_NODE, "terminationGracePeriodSeconds": 0,
                      "containers": [{"name": "c", "image": "localhost/mpi-pi:latest", "imagePullPolicy": "IfNotPresent",
                                      "command": ["sleep", "infinity"]}]}}
 

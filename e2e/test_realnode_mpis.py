@@ -17,6 +17,7 @@ import time
 import pytest
 import yaml
 from realnode_mpi import (
+    ON_REAL_NODE,
     ROOT,
     SSHD,
     apply,
@@ -314,9 +315,7 @@ def test_images_report_their_mpi(realnode, mpi_image, kubectl, namespace):
             "intel": "Intel(R) MPI Library"}
     for flavour in want:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"version-{flavour}"},
-               "spec": {"restartPolicy": "Never", "nodeSelector": {"mpijob-operator.dev/real-node": "true"},
-                        "tolerations": [{"key": "mpijob-operator.dev/real-node", "operator": "Exists",
-                                         "effect": "NoSchedule"}],
+               "spec": {"restartPolicy": "Never", **ON_REAL_NODE,
                         "containers": [{"name": "c", "image": mpi_image(flavour), "imagePullPolicy": "IfNotPresent",
                                         "args": ["mpirun", "--version"]}]}}
         kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(pod))
