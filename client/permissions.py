@@ -135,6 +135,14 @@ def attributes(method: str, path: str, query: Mapping | None = None) -> Attribut
     return Attributes(group, resource, verb, namespace)
 
 
+def self_review(method: str, path: str) -> bool:
+    """A SelfSubjectAccessReview: what may I do? Any authenticated user may ask (the system:basic-user
+    ClusterRole), so no manifest grants it; the operator asks once per grant at start-up
+    (controller/access.py)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    return method.upper() == "POST" and parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"]
+
+
 def discovery(method: str, path: str) -> bool:
     """A GET of the API's discovery documents (/api, /apis, /apis/<group>[/<version>]), which every
     authenticated user may read (the system:discovery ClusterRole), or of /version, which anyone may
@@ -164,6 +172,8 @@ class Fence:
         attrs = attributes(method, path, query)
         if attrs is None:
             return discovery(method, path)
+        if self_review(method, path):
+            return True
         for scope in self.scopes:
             verbs = scope.grants.get((attrs.group, attrs.resource), frozenset())
             if attrs.verb in verbs and (scope.namespace is None or attrs.namespace == scope.namespace):
@@ -198,3 +208,106 @@ def everything() -> Fence:
     for g in GANG.values():
         grants |= dict(g)
     return Fence((Scope(grants),))
+
+
+# -- what runs without which grant (docs/operations.md, "Missing RBAC") ---------------------------------------------
+
+Triple = tuple[str, str, str]  # (group, resource[/subresource], verb)
+MANIFEST = "manifests/rbac/cluster_role.yaml (kubectl apply -k manifests/rbac/)"
+MANIFEST_NAMESPACED = "manifests/rbac-namespaced/role.yaml (kubectl apply -k manifests/rbac-namespaced/)"
+LEASE_MANIFEST = "manifests/rbac/leader_election_role.yaml (kubectl apply -k manifests/rbac/)"
+
+# Without these the operator cannot even tell an MPIJob why it does nothing: it refuses to start.
+ESSENTIAL: Grants = {
+    ("kubeflow.org", "mpijobs"): frozenset({"list", "watch"}),
+    ("kubeflow.org", "mpijobs/status"): frozenset({"patch"}),
+    ("", "events"): frozenset({"create"}),
+}
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A part of the operator that turns off, alone, when one of its grants is missing."""
+
+    name: str
+    grants: Grants
+    without: str  # what the operator does without it, as users read it
+
+
+# The features a missing grant turns off; every other grant of OPERATOR (and the gang mode's) is needed
+# to run an MPIJob at all: without one, each MPIJob is held, Blocked, and says which (reconcilers/access.py).
+NETWORK_ISOLATION = Feature(
+    "network-isolation", {("networking.k8s.io", "networkpolicies"): _CHILD | {"delete"}},
+    "network isolation is off: MPIJobs run without their NetworkPolicy (as with --network-isolation=false)")
+LAUNCHER_LOG = Feature(
+    "launcher-log", {("", "pods/log"): frozenset({"get"})},
+    "the launcher's log is not read: an Open MPI launcher that exits 0 after losing a worker is judged "
+    "without it, as cut short (Failed/WorkerLost)")
+ELASTIC_REFRESH = Feature(
+    "elastic-refresh", {("", "pods"): frozenset({"patch"})},
+    "elastic launchers are not stamped: their discover_hosts.sh follows the workers at the kubelet's "
+    "own pace (60-90 s) instead of within seconds")
+STATEFULSET_WORKERS = Feature(
+    "statefulset-workers", {("apps", "statefulsets"): _CHILD | {"delete"}},
+    "StatefulSets are not watched: an MPIJob that began with --worker-backend=statefulset is not seen "
+    "as such, and a stray worker StatefulSet beside a worker Job is not removed")
+FEATURES: tuple[Feature, ...] = (NETWORK_ISOLATION, LAUNCHER_LOG, ELASTIC_REFRESH, STATEFULSET_WORKERS)
+
+
+def spell(t: Triple) -> str:
+    """("", "pods/log", "get") -> "get pods/log"; ("batch", "jobs", "patch") -> "patch jobs.batch"."""
+    group, resource, verb = t
+    return f"{verb} {resource}" + (f".{group}" if group else "")
+
+
+def spell_all(triples: set[Triple] | frozenset[Triple]) -> str:
+    return ", ".join(spell(t) for t in sorted(triples, key=lambda t: (t[1], t[0], t[2])))
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What the operator does with the grants it was found to lack (controller/access.py asks)."""
+
+    refuse: frozenset[Triple] = frozenset()  # ESSENTIAL (or the Lease) missing: it does not start
+    blocked: frozenset[Triple] = frozenset()  # needed to run any MPIJob: each is held, Blocked
+    off: tuple[tuple[Feature, frozenset[Triple]], ...] = ()  # features turned off, with what they lack
+
+    @property
+    def missing(self) -> frozenset[Triple]:
+        return self.refuse | self.blocked | frozenset(t for _, ts in self.off for t in ts)
+
+    def feature_off(self, name: str) -> bool:
+        return any(f.name == name for f, _ in self.off)
+
+
+def needed(backend: str, gang_scheduling: str, network_isolation: bool,
+           lease: bool = False) -> set[Triple]:
+    """Every grant this configuration may send: what the operator asks about at start-up."""
+    grants = dict(OPERATOR)
+    mode = gang_mode(gang_scheduling)
+    if mode:
+        grants.update(GANG[mode])
+    if not network_isolation:
+        grants.pop(("networking.k8s.io", "networkpolicies"))
+    out = expand(grants)
+    if lease:
+        out |= expand(LEADER_ELECTION)
+    return out
+
+
+def assess(missing: set[Triple], backend: str) -> Assessment:
+    """Sorts missing grants: essential ones (or leader election's) refuse the start; a feature's turn that
+    feature off (StatefulSets only with the Job backend: with --worker-backend=statefulset they run the
+    workers); every other one holds each MPIJob."""
+    essential = expand(ESSENTIAL) | expand(LEADER_ELECTION)
+    refuse = frozenset(t for t in missing if t in essential)
+    rest = set(missing) - refuse
+    off = []
+    for f in FEATURES:
+        if f is STATEFULSET_WORKERS and backend == "statefulset":
+            continue
+        lacks = frozenset(rest & expand(f.grants))
+        if lacks:
+            off.append((f, lacks))
+            rest -= lacks
+    return Assessment(refuse, frozenset(rest), tuple(off))

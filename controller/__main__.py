@@ -11,13 +11,14 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 
 from client import permissions
 from client.errors import ApiError
 from client.permissions import Fence
 from client.resources import MPIJOBS, WORKLOAD_PODGROUPS, WORKLOADS
 from client.rest import RestClient
-from controller import config, health, logs
+from controller import access, config, health, logs, metrics
 from controller.executor import Executor
 from controller.leader import LeaderElector
 from controller.mpijob_controller import MPIJobController
@@ -116,6 +117,21 @@ def _server_version(client: RestClient, stop: threading.Event) -> tuple[int, int
     return None
 
 
+def _assess(client: RestClient, opts: config.Options, stop: threading.Event) -> permissions.Assessment:
+    """Asks the API server for every grant these flags send, logs what is missing and what the operator
+    does about it, and counts it in mpi_operator_rbac_missing (docs/operations.md, "Missing RBAC")."""
+    lease = permissions.expand(permissions.LEADER_ELECTION) if opts.leader_elect else set()
+    grants = permissions.needed(opts.worker_backend, opts.gang_scheduling, opts.network_isolation)
+    lacking = access.missing(client, grants, opts.namespace, lease, opts.leader_election_namespace, stop)
+    assessment = permissions.assess(lacking, opts.worker_backend)
+    access.report(assessment, opts.namespace)
+    effects = {t: "refuse" for t in assessment.refuse} | {t: "held" for t in assessment.blocked}
+    effects |= {t: f.name for f, lacks in assessment.off for t in lacks}
+    for (group, resource, verb), effect in effects.items():
+        metrics.rbac_missing.labels(verb, resource, group, effect).set(1)
+    return assessment
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = config.parse(argv)
     logs.setup(opts.log_format, opts.log_level)
@@ -136,11 +152,22 @@ def main(argv: list[str] | None = None) -> int:
         if opts.leader_elect else None
     )
     executor = Executor(client, elector.is_leader if elector else (lambda: True), COMPONENT, opts.identity)
+    # What the operator may do, known before any informer starts (controller/access.py).
+    assessment = _assess(client, opts, stop)
+    if stop.is_set():
+        return 0
+    if assessment.refuse:
+        return 2
+    if assessment.feature_off(permissions.NETWORK_ISOLATION.name):
+        opts = replace(opts, network_isolation=False)
     factory = InformerFactory(client, namespace=opts.namespace)
     unavailable = _workload_api_missing(client, stop) if opts.gang_scheduling == workload_gang.MODE else ""
     version = _server_version(client, stop) if opts.launcher_restart != "new-pod" else None
     rules = version is not None and version >= RESTART_RULES_SINCE
-    ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable, container_restart_rules=rules)
+    ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable, container_restart_rules=rules,
+                            permissions_missing=access.message(assessment, opts.namespace),
+                            features_off=access.features_off(assessment, opts.namespace),
+                            health_note=access.health_detail(assessment))
 
     synced = threading.Event()
     ports = health.Servers().start(

@@ -22,3 +22,7 @@ api_writes = Counter("mpi_operator_api_writes", "Writes the executor sent", ["ve
 job_not_running_since = Gauge("mpi_operator_job_not_running_since_timestamp_seconds",
                               "Since when an active MPIJob has not been Running (unix time)",
                               ["namespace", "mpijob"])
+# The grants the operator found missing at start-up (controller/access.py), each with what it does
+# about it: "refuse" (not started), "held" (every MPIJob Blocked) or the feature turned off.
+rbac_missing = Gauge("mpi_operator_rbac_missing", "1 per grant the operator's RBAC lacks (found at start-up)",
+                     ["verb", "resource", "group", "effect"])

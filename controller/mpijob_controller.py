@@ -49,8 +49,9 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key, split_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
-from reconcilers import names, news, pace, refusal, status
+from reconcilers import access, names, news, pace, refusal, status
 from reconcilers.failure import retries
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.gang import workload_gang
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed, Plan
@@ -114,6 +115,9 @@ class MPIJobController:
         keygen: Callable = sshkeys.generate,
         gang_unavailable: str = "",
         container_restart_rules: bool = False,
+        permissions_missing: str = "",
+        features_off: tuple[tuple[str, str], ...] = (),
+        health_note: str = "",
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -128,7 +132,11 @@ class MPIJobController:
             # where a failed launcher restarts in place (reconcilers/failure/restartpolicy.py)
             container_restart_rules=container_restart_rules,
             launcher_restart=opts.launcher_restart,
+            # the operator's RBAC as found at start-up (controller/access.py; reconcilers/access.py)
+            permissions_missing=permissions_missing,
+            features_off=features_off,
         )
+        self.health_note = health_note  # what /healthz adds to "ok": features off, MPIJobs held
         self.queue = RateLimitingQueue(
             "mpijob", default_controller_rate_limiter(qps=opts.queue_qps, burst=opts.queue_burst)
         )
@@ -153,7 +161,8 @@ class MPIJobController:
         self.jobs = child(JOBS)
         # Both worker kinds, whatever --worker-backend says: an MPIJob keeps the backend it started
         # with (reconcilers/backend.py), so a restart with the other flag must still see its workers.
-        self.statefulsets = child(STATEFULSETS)
+        # Not without their grants (the Job backend runs: client/permissions.py STATEFULSET_WORKERS).
+        self.statefulsets = None if access.off(self.config, "statefulset-workers") else child(STATEFULSETS)
         self.services = child(SERVICES)
         self.config_maps = child(CONFIGMAPS)
         # Without the keys' values: the plan only needs to know the Secret exists, is ours and has
@@ -197,8 +206,9 @@ class MPIJobController:
         self._threads: list[threading.Thread] = []
 
     def _children(self) -> list:
-        infs = [self.jobs, self.statefulsets, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + [inf for inf in (self.pod_groups, self.workloads, self.network_policies) if inf is not None]
+        infs = [self.jobs, self.services, self.config_maps, self.secrets, self.pods]
+        return infs + [inf for inf in (self.statefulsets, self.pod_groups, self.workloads, self.network_policies)
+                       if inf is not None]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
@@ -337,7 +347,7 @@ class MPIJobController:
         key, running = self.queue.longest_running()
         if key is not None and running > hang_s:
             return False, f"a worker has been reconciling {key} for {running:.0f}s (more than {hang_s:.0f}s): hung"
-        return True, "ok"
+        return True, f"ok; {self.health_note}" if self.health_note else "ok"
 
     def _worker(self) -> None:
         while True:
@@ -532,6 +542,10 @@ class MPIJobController:
         then plan again with what they said."""
         todo = [r for r in plan.read_logs if r.uid not in mem.reports]
         for want in todo:
+            if access.off(self.config, "launcher-log"):  # no pods/log granted: judged without it
+                mem.reports[want.uid] = LauncherReport(want.uid, unreadable=dict(self.config.features_off)[
+                    "launcher-log"])
+                continue
             mem.reports[want.uid] = evidence.read(self.executor.client, want)
         if todo:
             self.queue.add(key)

@@ -41,6 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconcilers import (
+    access,
     children,
     context,
     desired,
@@ -93,6 +94,11 @@ def _run(inputs: Inputs) -> Plan:
         outcome.invalid(draft, errors)
         return draft.finish()
     outcome.fixed_spec(draft)
+    # The operator's RBAC lacks what running an MPIJob needs: held before any child, told why; a
+    # feature whose grant is missing is off, and said so (reconcilers/access.py).
+    if access.held(draft, config):
+        return draft.finish()
+    access.features(job, draft, config)
     outcome.refused(draft, inputs.refusal)
     if not status.get_condition(draft.status, status.CREATED):
         draft.condition(status.CREATED, "True", status.R_CREATED, f"MPIJob {draft.key} is created.")
@@ -147,7 +153,8 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     children.shared_children(ctx, draft)
-    elastic.refresh_launchers(ctx, draft)
+    if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
+        elastic.refresh_launchers(ctx, draft)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         children.sync_launcher(ctx, draft, running=True)

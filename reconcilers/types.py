@@ -37,6 +37,12 @@ class Config:
     # Why the gang's API cannot be used (the cluster does not serve it), found once at start-up;
     # "" when it can. Every MPIJob then says so instead of starting without its gang.
     gang_unavailable: str = ""
+    # Why no MPIJob may start: the operator's RBAC lacks a grant that running one needs (found once at
+    # start-up, controller/access.py); "" when it has them all. Each MPIJob then says so, Blocked.
+    permissions_missing: str = ""
+    # Features turned off at start-up because a grant of theirs is missing (client/permissions.py FEATURES):
+    # (feature name, what an MPIJob it touches is told). reconcilers/access.py.
+    features_off: tuple[tuple[str, str], ...] = ()
     # --network-isolation: each MPIJob gets a NetworkPolicy that admits only its own pods (and the
     # peers its annotation names; reconcilers/netpol.py). Off: no policy is made, none is watched.
     network_isolation: bool = True

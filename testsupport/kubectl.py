@@ -75,15 +75,21 @@ def namespaced_service_account_kubeconfig(kubectl: Callable, namespace: str, out
         for s in d.get("subjects") or []:
             s["namespace"] = namespace
         kubectl("apply", "-f", "-", input=json.dumps(d))
-    token = kubectl("-n", namespace, "create", "token", "mpi-operator", "--duration=1h").stdout.strip()
+    return token_kubeconfig(kubectl, namespace, "mpi-operator", out)
+
+
+def token_kubeconfig(kubectl: Callable, namespace: str, service_account: str, out: Path) -> str:
+    """A kubeconfig at `out` that authenticates as ServiceAccount `namespace`/`service_account` (a token
+    of an hour) on the admin kubeconfig's cluster."""
+    token = kubectl("-n", namespace, "create", "token", service_account, "--duration=1h").stdout.strip()
     admin = json.loads(kubectl("config", "view", "--minify", "--raw", "-o", "json").stdout)
     cluster = admin["clusters"][0]["cluster"]
     kc = {"apiVersion": "v1", "kind": "Config",
           "clusters": [{"name": "local", "cluster": cluster}],
-          "users": [{"name": "mpi-operator", "user": {"token": token}}],
-          "contexts": [{"name": "mpi-operator", "context": {"cluster": "local", "user": "mpi-operator",
-                                                            "namespace": namespace}}],
-          "current-context": "mpi-operator"}
+          "users": [{"name": service_account, "user": {"token": token}}],
+          "contexts": [{"name": service_account, "context": {"cluster": "local", "user": service_account,
+                                                             "namespace": namespace}}],
+          "current-context": service_account}
     out.write_text(json.dumps(kc))
     out.chmod(0o600)
     return str(out)
