@@ -161,6 +161,8 @@ def test_kustomizations_render_the_expected_objects(kubectl):
         ("RoleBinding", NS, "mpi-operator-leader-election"),
         ("ClusterRole", "", "kubeflow-mpijobs-edit"),
         ("ClusterRole", "", "kubeflow-mpijobs-view"),
+        ("ValidatingAdmissionPolicy", "", "mpi-operator-writes"),
+        ("ValidatingAdmissionPolicyBinding", "", "mpi-operator-writes"),
         ("Deployment", NS, "mpi-operator"),
         ("PodDisruptionBudget", NS, "mpi-operator"),
         ("Service", NS, "mpi-operator-metrics"),
