@@ -49,8 +49,10 @@ OPERATOR: Grants = {
     ("networking.k8s.io", "networkpolicies"): _CHILD | {"delete"},
     # pods are the Job/StatefulSet controllers': watched (readiness, discover_hosts.sh), deleted under
     # cleanPodPolicy All and for the upstream operator's bare workers (reconcilers/takeover.py),
-    # patched with one annotation on an elastic launcher's pod (reconcilers/elastic.py)
-    ("", "pods"): frozenset({"list", "watch", "patch", "delete"}),
+    # patched with one annotation on an elastic launcher's pod (reconcilers/elastic.py); created only
+    # as a taken-over MPIJob's lost bare worker, as upstream makes it (reconcilers/takeover.py), and
+    # read (get) when that create meets AlreadyExists, as for every child
+    ("", "pods"): frozenset({"list", "watch", "patch", "delete", "create", "get"}),
     # the end of a launcher pod's log, for the verdict on an Open MPI exit 0 (controller/evidence.py)
     ("", "pods/log"): frozenset({"get"}),
     # core/v1 Events on MPIJobs, each a new one (executor.event): never patched, never events.k8s.io
@@ -251,7 +253,12 @@ STATEFULSET_WORKERS = Feature(
     "statefulset-workers", {("apps", "statefulsets"): _CHILD | {"delete"}},
     "StatefulSets are not watched: an MPIJob that began with --worker-backend=statefulset is not seen "
     "as such, and a stray worker StatefulSet beside a worker Job is not removed")
-FEATURES: tuple[Feature, ...] = (NETWORK_ISOLATION, LAUNCHER_LOG, ELASTIC_REFRESH, STATEFULSET_WORKERS)
+TAKEOVER_WORKERS = Feature(
+    "takeover-workers", {("", "pods"): frozenset({"create", "get"})},
+    "a lost bare worker of an MPIJob the upstream operator started is not created again: the launcher's "
+    "retries fail without it")
+FEATURES: tuple[Feature, ...] = (NETWORK_ISOLATION, LAUNCHER_LOG, ELASTIC_REFRESH, STATEFULSET_WORKERS,
+                                 TAKEOVER_WORKERS)
 
 
 def spell(t: Triple) -> str:

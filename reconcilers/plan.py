@@ -153,6 +153,7 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     children.shared_children(ctx, draft)
+    takeover.replace_lost_workers(ctx, draft)  # an upstream-started run: a lost bare worker back (section 6.3)
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
@@ -227,6 +228,8 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     workerloss.drop(draft)  # the launcher's pod is stopped: that attempt is over
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.shared_children(ctx, draft)
+    if takeover.upstream_shaped(ctx):
+        takeover.suspend(ctx, draft)  # upstream's launcher Job goes: the resume is in our shape (section 6.3)
     children.sync_workers(ctx, draft, running=False)
     children.sync_launcher(ctx, draft, running=False)
 

@@ -46,7 +46,6 @@ LEASE_VERBS = set(permissions.LEADER_ELECTION[("coordination.k8s.io", "leases")]
 DENIED = [
     ("update", "secrets", None),
     ("update", "configmaps", None),
-    ("create", "pods", None),
     ("create", "pods/exec", None),
     ("update", "jobs.batch", None),
     ("update", "statefulsets.apps", None),
@@ -66,7 +65,6 @@ DENIED = [
     ("create", "events.events.k8s.io", None),
     ("delete", "configmaps", None),
     ("delete", "services", None),
-    ("get", "pods", None),
     ("list", "nodes", ""),
     ("list", "namespaces", ""),
     ("create", "clusterroles.rbac.authorization.k8s.io", ""),

@@ -127,7 +127,7 @@ FENCE = [
     ("all namespaces", "GET", "/apis/kubeflow.org/v2beta1/namespaces/a/mpijobs/pi", None, False),
     ("all namespaces", "PUT", "/apis/kubeflow.org/v2beta1/namespaces/a/mpijobs/pi/status", None, False),
     ("all namespaces", "DELETE", "/api/v1/namespaces/a/configmaps/pi-config", None, False),
-    ("all namespaces", "GET", "/api/v1/namespaces/a/pods/p", None, False),
+    ("all namespaces", "GET", "/api/v1/namespaces/a/pods/p/exec", None, False),
     ("all namespaces", "GET", "/apis/kubeflow.org/v2beta1", None, True),  # discovery
     ("all namespaces", "GET", "/version", None, True),  # public (container restart rules, section 11)
     ("all namespaces", "POST", "/version", None, False),
@@ -272,6 +272,11 @@ def _plans(backend: str, gang: str) -> list[tuple[dict, object]]:
     sjob = copy.deepcopy(sjob)
     sjob["spec"]["runPolicy"]["suspend"] = False
     record(sjob, sobs, now=sim.at(20))
+    # an MPIJob the upstream operator started (its launcher Job without our hash, its bare workers
+    # gone): the lost workers created again as upstream makes them (reconcilers/takeover.py)
+    launcher = copy.deepcopy(obs.launcher)
+    launcher["metadata"]["annotations"].pop(names.TEMPLATE_HASH_ANNOTATION, None)
+    record(job, replace(obs, workers=None, launcher=launcher, pods=[]))
     # an elastic launcher: its pod gets the hosts' digest (reconcilers/elastic.py)
     ejob = copy.deepcopy(job)
     ejob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"] = [

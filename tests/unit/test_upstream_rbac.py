@@ -71,7 +71,7 @@ def _reviewing(denied: set[perm.Triple]):
     return respond, asked
 
 
-def test_upstream_rbac_the_operator_asks_one_review_per_grant_before_any_informer(monkeypatch, capsys):
+def test_upstream_rbac_the_operator_asks_one_review_per_grant_before_any_informer():
     denied = _upstream_missing()
     respond, asked = _reviewing(denied)
     api = FakeApi(respond=respond)
@@ -84,15 +84,26 @@ def test_upstream_rbac_the_operator_asks_one_review_per_grant_before_any_informe
     assert all(m == "POST" and p.endswith("/selfsubjectaccessreviews") for m, p, _ in api.calls)
 
 
-def test_upstream_rbac_main_refuses_to_start_naming_every_missing_verb(monkeypatch, capsys):
+class _Lines:
+    """Stands in for a module's logger: the lines it was given."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __getattr__(self, level):
+        return lambda msg, **kw: self.lines.append(f"{level} {msg} {kw}")
+
+
+def test_upstream_rbac_main_refuses_to_start_naming_every_missing_verb(monkeypatch):
     respond, _ = _reviewing(_upstream_missing() | {("kubeflow.org", "mpijobs/status", "patch")})
     api = FakeApi(respond=respond)
+    lines = _Lines()
+    monkeypatch.setattr(access, "log", lines)
     monkeypatch.setattr(main_module.RestClient, "from_kubeconfig", classmethod(lambda cls, *a, **kw: api))
     monkeypatch.setattr(main_module.signal, "signal", lambda *a: None)
     monkeypatch.setattr(main_module, "InformerFactory", lambda *a, **kw: pytest.fail("an informer made"))
     assert main_module.main(["--health-probe-bind-address=0", "--metrics-bind-address=0"]) == 2
-    err = capsys.readouterr()
-    text = err.out + err.err
+    text = "\n".join(lines.lines)
     assert "not starting" in text and perm.MANIFEST in text
     for t in _upstream_missing() | {("kubeflow.org", "mpijobs/status", "patch")}:
         assert perm.spell(t) in text
