@@ -9,8 +9,6 @@ workers stopped, and says that network isolation is off and why."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from client import permissions as perm
@@ -26,7 +24,7 @@ from testsupport.kubectl import (
     wait_condition,
     wait_finished,
 )
-from testsupport.upstream_rbac import UPSTREAM_RULES
+from testsupport.upstream_rbac import UPSTREAM_RULES, bind, unbind
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -36,22 +34,12 @@ HELD = {("batch", "jobs", "get"), ("batch", "jobs", "patch"), ("batch", "jobs", 
         ("", "secrets", "get"), ("", "secrets", "patch"), ("", "secrets", "delete")}
 
 
-def _cluster_role(kubectl, name: str, rules: list[dict], namespace: str) -> None:
-    """A ClusterRole and its binding to ServiceAccount `namespace`/upstream-op."""
-    objs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-             "rules": rules},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-             "subjects": [{"kind": "ServiceAccount", "name": "upstream-op", "namespace": namespace}]}]
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
-
-
 def test_upstream_rbac_the_operator_says_what_it_lacks_and_each_mpijob_why(kubectl, start_operator, namespace,
                                                                              tmp_path):
     roles = [f"e2e-upstream-{namespace}", f"e2e-upstream-{namespace}-granted"]
     kubectl("-n", namespace, "create", "serviceaccount", "upstream-op")
     try:
-        _cluster_role(kubectl, roles[0], UPSTREAM_RULES, namespace)
+        bind(kubectl, roles[0], UPSTREAM_RULES, namespace, "upstream-op")
         kubeconfig = token_kubeconfig(kubectl, namespace, "upstream-op", tmp_path / "upstream.kubeconfig")
         # Its caches sync (wait_ready: /readyz) although NetworkPolicies and StatefulSets may not be listed.
         op = start_operator("job", namespace, kubeconfig=kubeconfig, name="upstream")
@@ -79,8 +67,8 @@ def test_upstream_rbac_the_operator_says_what_it_lacks_and_each_mpijob_why(kubec
         op.stop()
 
         # What running needs granted (a user who applied it), the rest still missing; the operator restarted.
-        _cluster_role(kubectl, roles[1], [{"apiGroups": [g], "resources": [r], "verbs": [v]} for g, r, v in HELD],
-                      namespace)
+        bind(kubectl, roles[1], [{"apiGroups": [g], "resources": [r], "verbs": [v]} for g, r, v in HELD],
+             namespace, "upstream-op")
         op = start_operator("job", namespace, kubeconfig=kubeconfig, name="granted")
         assert "no MPIJob starts" not in op.tail(400)
         assert wait_finished(kubectl, namespace, "pi", timeout=120) == "Succeeded", conditions(kubectl, namespace, "pi")
@@ -93,4 +81,4 @@ def test_upstream_rbac_the_operator_says_what_it_lacks_and_each_mpijob_why(kubec
         assert get(kubectl, namespace, "networkpolicy", "pi") is None
     finally:
         for role in roles:
-            kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)
+            unbind(kubectl, role)

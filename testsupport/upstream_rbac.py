@@ -4,6 +4,8 @@ RBAC"). Used by tests/unit/test_upstream_rbac.py and e2e/test_upstream_rbac.py."
 
 from __future__ import annotations
 
+import json
+
 UPSTREAM_RULES: list[dict] = [
     {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
      "verbs": ["create", "list", "watch", "update"]},
@@ -28,3 +30,18 @@ def grants(rules: list[dict], triples: set[tuple[str, str, str]]) -> set[tuple[s
     return {(g, r, v) for (g, r, v) in triples
             if any(g in rule["apiGroups"] and r in rule["resources"] and (v in rule["verbs"] or "*" in rule["verbs"])
                    for rule in rules)}
+
+
+def bind(kubectl, name: str, rules: list[dict], namespace: str, service_account: str) -> None:
+    """A ClusterRole `name` of `rules` bound to ServiceAccount `namespace`/`service_account`: remove it
+    with unbind() (cluster-wide objects outlive the test's namespace)."""
+    objs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+             "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+
+
+def unbind(kubectl, name: str) -> None:
+    kubectl("delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found", check=False)
