@@ -23,7 +23,7 @@ from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
-POLICY = "mpi-operator-writes"
+POLICY = "mpi-operator-pod-writes"
 
 
 def _as_operator(operator_kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
@@ -38,7 +38,7 @@ def _pod(name: str, labels: dict) -> dict:
 
 
 def _patch(pod: str, patch: dict) -> tuple[str, ...]:
-    return ("patch", "pod", pod, "--type=merge", "-p", json.dumps(patch))
+    return ("patch", "pod", pod, "--type=strategic", "-p", json.dumps(patch))
 
 
 def test_pods_patch_the_operator_may_stamp_its_own_pods_and_nothing_else(kubectl, operator_kubeconfig, namespace):
@@ -106,4 +106,4 @@ def test_pods_patch_the_elastic_launcher_is_still_stamped_within_seconds(kubectl
     cm = get(kubectl, namespace, "configmap", "el-config")
     assert "el-worker-2" in cm["data"]["discover_hosts.sh"]
     print(f"\n[pods_patch] {backend}: launcher stamped {took:.1f}s after the third worker was asked for")
-    assert "Forbidden" not in operator.tail(2000) and "mpi-operator-writes" not in operator.tail(2000)
+    assert "Forbidden" not in operator.tail(2000) and "-writes" not in operator.tail(2000)
