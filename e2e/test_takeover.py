@@ -21,6 +21,7 @@ from realnode_mpi import SSHD, launcher_logs, mpijob, rank_hosts, ready_workers,
 from bench import go_operator
 from reconcilers.names import TEMPLATE_HASH_ANNOTATION
 from testsupport.kubectl import get, items, role_pods, token_kubeconfig, wait_finished
+from testsupport.paths import ROOT
 from testsupport.upstream_rbac import bind, unbind
 from testsupport.waiting import wait_until
 
@@ -68,7 +69,11 @@ def test_takeover_of_the_go_operators_mpijobs_mid_run(kubectl, realnode, mpi_ima
             go.stop()
             print(f"--- Go operator log, last lines ---\n{go.tail(20)}")
 
-        start_operator("job", namespace)
+        # manifests/rbac again, as the upgrade applies it (on the shared cluster another checkout's may
+        # have been applied since the session began); the operator says at start if a grant is missing
+        kubectl("apply", "-k", str(ROOT / "manifests" / "rbac"))
+        op = start_operator("job", namespace)
+        assert "RBAC: every grant the operator sends is granted" in op.tail(400), op.tail(40)
         # taken over: upstream's children adopted (our labels on its ConfigMap)
         wait_until(lambda: "training.kubeflow.org/operator-name" in (
             (get(kubectl, namespace, "configmap", "kill-config") or {}).get("metadata", {}).get("labels") or {}),

@@ -203,8 +203,8 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    if not takeover.upstream_shaped(ctx):  # (upstream's launcher Job runs as upstream made it)
-        retries.sync(ctx, draft, accounts, announcing)
+    # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same)
+    retries.sync(ctx, draft, accounts, announcing, ledger_only=takeover.upstream_shaped(ctx))
     gang.gang_wait(ctx, draft, running)
 
 

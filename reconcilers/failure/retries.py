@@ -390,9 +390,11 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     return Accounts(book, entries, failures(ctx, entries), job_failed)
 
 
-def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool) -> None:
+def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, ledger_only: bool = False) -> None:
     """The launcher Job's ledger and backoffLimit brought to what the operator counts (one merge
-    patch; nothing when they match)."""
+    patch; nothing when they match). `ledger_only`: the upstream operator's launcher Job
+    (reconcilers/takeover.py), whose backoffLimit stays as upstream set it; its ledger is still
+    kept, so that each failed attempt is announced once."""
     launcher = ctx.launcher
     if launcher is None or not ctx.owned(launcher) or (launcher.get("metadata") or {}).get("deletionTimestamp"):
         return
@@ -402,7 +404,7 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool) ->
     patch: Obj = {}
     if book != accounts.book:
         patch["metadata"] = {"annotations": {LEDGER: book.to_json()}}
-    if (launcher.get("spec") or {}).get("backoffLimit") != limit:
+    if not ledger_only and (launcher.get("spec") or {}).get("backoffLimit") != limit:
         patch["spec"] = {"backoffLimit": limit}
     if patch:
         added = sorted(set(book.entries) - set(accounts.book.entries))

@@ -110,3 +110,21 @@ def test_takeover_no_bare_worker_is_made_while_upstreams_launcher_is_being_delet
     obs.launcher["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:00Z"
     p = sim.run(job, obs)
     assert not _pod_creates(p) and not [c for c in p.creates if c.obj["kind"] == "Job"]
+
+
+def test_takeover_a_failed_attempt_of_upstreams_launcher_is_announced_once():
+    """Upstream's launcher Job keeps its backoffLimit, but the ledger of announced attempts is kept on
+    it, so a failed attempt gives one Restarting Event, not one per pass."""
+    job = sim.mpijob()
+    job, obs = _taken_over(job, [_bare(job, 0), _bare(job, 1)])
+    failed = sim.pod(job, "launcher", index=1, phase="Failed", containerStatuses=[
+        {"name": "launcher", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    obs = replace(obs, launcher=sim.with_status(obs.launcher, failed=1, active=1),
+                  pods=[*obs.pods, failed])
+    p = sim.run(job, obs)
+    assert [e.reason for e in p.events].count("MPIJobRestarting") == 1, p.events
+    (ledger,) = [x for x in p.patches if x.ref.kind == "Job"]
+    assert "spec" not in ledger.patch, "upstream's backoffLimit stays"
+    job, obs = sim.apply_plan(job, obs, p)
+    again = sim.run(job, obs)
+    assert "MPIJobRestarting" not in [e.reason for e in again.events], again.events
