@@ -20,7 +20,7 @@ from realnode_mpi import SSHD, launcher_logs, mpijob, rank_hosts, ready_workers,
 
 from bench import go_operator
 from reconcilers.names import TEMPLATE_HASH_ANNOTATION
-from testsupport.kubectl import get, items, role_pods, token_kubeconfig, wait_finished
+from testsupport.kubectl import conditions, get, items, role_pods, token_kubeconfig, wait_finished
 from testsupport.paths import ROOT
 from testsupport.upstream_rbac import bind, unbind
 from testsupport.waiting import wait_until
@@ -57,9 +57,9 @@ def test_takeover_of_the_go_operators_mpijobs_mid_run(kubectl, realnode, mpi_ima
             go.wait_ready()
             # long runs: the ranks still compute when the operators change hands
             kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(
-                mpijob("kill", "openmpi4", image, args=[*PI, "40000000000"], backoff=3, worker_command=SSHD)))
+                mpijob("kill", "openmpi4", image, args=[*PI, "20000000000"], backoff=3, worker_command=SSHD)))
             kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(
-                mpijob("sus", "openmpi4", image, args=[*PI, "40000000000"], backoff=3, worker_command=SSHD)))
+                mpijob("sus", "openmpi4", image, args=[*PI, "20000000000"], backoff=3, worker_command=SSHD)))
             for name in ("kill", "sus"):
                 wait_launcher_running(kubectl, namespace, name)
             bare = {p["metadata"]["name"]: p for p in role_pods(kubectl, namespace, "kill", "worker")}
@@ -79,9 +79,18 @@ def test_takeover_of_the_go_operators_mpijobs_mid_run(kubectl, realnode, mpi_ima
             (get(kubectl, namespace, "configmap", "kill-config") or {}).get("metadata", {}).get("labels") or {}),
             60, what="upstream's children adopted")
 
-        # 1. A bare worker lost mid-run comes back, as upstream makes it.
+        # 1. A taken-over MPIJob suspended (its pods stopped, which also leaves the real node's CPU to the other)...
+        patch = lambda v: kubectl("-n", namespace, "patch", "mpijobs.kubeflow.org", "sus", "--type=merge",  # noqa: E731
+                                  "-p", json.dumps({"spec": {"runPolicy": {"suspend": v}}}))
+        patch(True)
+        wait_until(lambda: not _live(role_pods(kubectl, namespace, "sus", "worker")
+                                     + role_pods(kubectl, namespace, "sus", "launcher")), 120, what="sus stopped")
+        wait_until(lambda: get(kubectl, namespace, "job", "sus-launcher") is None, 60,
+                   what="upstream's launcher Job gone")
+        # 2. A bare worker lost mid-run comes back, as upstream makes it.
         victim = bare["kill-worker-0"]
         t_kill = time.monotonic()
+        assert conditions(kubectl, namespace, "kill").get("Succeeded", {}).get("status") != "True", "ran out already"
         kubectl("-n", namespace, "delete", "pod", "kill-worker-0", "--wait=false")
 
         def back() -> dict | None:
@@ -93,22 +102,17 @@ def test_takeover_of_the_go_operators_mpijobs_mid_run(kubectl, realnode, mpi_ima
         assert new["metadata"]["ownerReferences"][0]["kind"] == "MPIJob", "a bare pod, as upstream's"
         assert new["spec"]["hostname"] == "kill-worker-0" and new["spec"]["subdomain"] == "kill"
         assert new["metadata"]["labels"]["training.kubeflow.org/replica-index"] == "0"
-        assert wait_finished(kubectl, namespace, "kill", 400) == "Succeeded"
+        assert wait_finished(kubectl, namespace, "kill", 600) == "Succeeded"
+        assert int(get(kubectl, namespace, "job", "kill-launcher")["status"].get("failed") or 0) >= 1, \
+            "the launcher's attempt cut short by the loss failed, and a retry ran"
         _every_rank(launcher_logs(kubectl, namespace, "kill"))
         wait_until(lambda: not _live(role_pods(kubectl, namespace, "kill", "worker")), 60, what="workers stopped")
         assert {j["metadata"]["name"] for j in items(kubectl, namespace, "jobs") if j["metadata"]["name"].startswith(
             "kill")} == {"kill-launcher"}, "upstream's launcher ran it out; no worker Job beside the bare pods"
 
-        # 2. A taken-over MPIJob suspended, then resumed: afresh, in this operator's shape.
-        patch = lambda v: kubectl("-n", namespace, "patch", "mpijobs.kubeflow.org", "sus", "--type=merge",  # noqa: E731
-                                  "-p", json.dumps({"spec": {"runPolicy": {"suspend": v}}}))
-        patch(True)
-        wait_until(lambda: not _live(role_pods(kubectl, namespace, "sus", "worker")
-                                     + role_pods(kubectl, namespace, "sus", "launcher")), 120, what="sus stopped")
-        wait_until(lambda: get(kubectl, namespace, "job", "sus-launcher") is None, 60,
-                   what="upstream's launcher Job gone")
+        # 3. ...and resumed: afresh, in this operator's shape.
         patch(False)
-        assert wait_finished(kubectl, namespace, "sus", 400) == "Succeeded"
+        assert wait_finished(kubectl, namespace, "sus", 600) == "Succeeded"
         launcher = get(kubectl, namespace, "job", "sus-launcher")
         assert TEMPLATE_HASH_ANNOTATION in launcher["metadata"]["annotations"], "our launcher Job"
         assert get(kubectl, namespace, "job", "sus-worker") is not None, "our worker Job"
