@@ -42,10 +42,12 @@ def bare_workers_ready(ctx: JobContext) -> int:
 
 
 def stop_bare_workers(ctx: JobContext, draft: Draft) -> None:
-    """The job has ended: delete its bare worker pods, as upstream does."""
+    """The job has ended, or is suspended: delete its bare worker pods, as upstream does."""
+    why = "suspended" if ctx.run_policy.get("suspend") and not draft.finished() else "finished"
     for pod in ctx.pods.workers:
         if names.is_controlled_by(pod, ctx.job) and not (pod.get("metadata") or {}).get("deletionTimestamp"):
-            draft.delete(pod, "the MPIJob has finished: stop its worker")
+            draft.delete(pod, f"the MPIJob has {why}: stop its worker" if why == "finished"
+                         else f"the MPIJob is {why}: stop its worker")
 
 
 def bare_worker(ctx: JobContext, index: int) -> Obj:
@@ -90,6 +92,11 @@ def suspend(ctx: JobContext, draft: Draft) -> None:
     """A taken-over MPIJob suspended: its bare workers stop (children.sync_workers), and upstream's
     launcher Job, whose template cannot change, is deleted, so that the resume starts afresh in this
     operator's own shape (a worker Job or StatefulSet and a launcher Job of ours)."""
-    if _upstream_launcher(ctx) and not ownership.deleting(ctx.launcher):
+    if ctx.launcher is None:
+        # Upstream's launcher Job carries only `app: <name>`, which the label-filtered informer does not
+        # see until adopted: a create meets it (AlreadyExists, controlled by this MPIJob), the executor
+        # adds our labels, and the next pass deletes it. Where there is none, ours is made, suspended.
+        draft.plan.creates.append(Create(desired.launcher(ctx.job, ctx.config, running=False)))
+    elif _upstream_launcher(ctx) and not ownership.deleting(ctx.launcher):
         draft.recreate(ctx.launcher, "suspended: the upstream operator's launcher Job gives way to this "
                                      "operator's on resume")

@@ -103,6 +103,19 @@ def test_takeover_a_suspended_taken_over_job_resumes_in_our_shape():
     assert names.TEMPLATE_HASH_ANNOTATION in obs2.launcher["metadata"]["annotations"]
 
 
+def test_takeover_suspended_before_upstreams_launcher_was_seen_adopts_it_to_delete_it():
+    """Upstream's launcher Job has only `app: <name>`: the cache shows it once a create met it and the
+    executor adopted it. A suspend that finds only the bare workers plans that create (suspended)."""
+    job = sim.mpijob()
+    job, obs = _taken_over(job, [_bare(job, 0), _bare(job, 1)])
+    job["spec"]["runPolicy"]["suspend"] = True
+    p = sim.run(job, replace(obs, launcher=None), now=sim.at(10))
+    (create,) = [c.obj for c in p.creates]
+    assert (create["kind"], create["metadata"]["name"], create["spec"]["suspend"]) == ("Job", "pi-launcher", True)
+    assert {d.ref.name for d in p.deletes} == {"pi-worker-0", "pi-worker-1"}
+    assert all("suspended" in d.reason for d in p.deletes)
+
+
 def test_takeover_no_bare_worker_is_made_while_upstreams_launcher_is_being_deleted():
     """A resume while upstream's launcher Job still stops (Foreground): wait for it, make no bare pod."""
     job = sim.mpijob()
