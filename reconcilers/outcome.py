@@ -78,6 +78,8 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
     if outcome is None:
         return
     kind, reason, message, when = outcome
+    if kind == status.SUCCEEDED and retries.disrupted_success(ctx) is not None:
+        return  # a disrupted launcher's exit 0 is no finish: its Job is made afresh (retries.relaunch)
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.
