@@ -206,6 +206,7 @@ def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
     if not ctx.owned(have) or ownership.deleting(have) or takeover.upstream_shaped(ctx):
         return  # (an upstream launcher Job runs as upstream made it: its template is immutable)
     if running and diff.recreate_on_resume(want, have):
+        retries.hand_over(ctx, draft, retries.ledger(have))  # the retries used are the MPIJob's
         draft.recreate(have, "resume: recreate the launcher from the current template")
         return
     if hold and (have.get("spec") or {}).get("suspend"):

@@ -501,24 +501,32 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool) ->
 
 def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
     """A launcher Job that completed with a disrupted pod's exit 0 (`disrupted_success`) is made afresh:
-    its ledger, with that attempt announced as not counted, is carried on the hostfile ConfigMap
-    (the one child that lives as long as the MPIJob runs), and the Job is deleted; the next pass
-    creates the new one with the carried ledger (`carry`). True while that happens."""
+    its ledger, with that attempt announced as not counted, is handed over (`hand_over`) and the Job
+    is deleted; the next pass creates the new one with that ledger (`carry`). True while that happens."""
     launcher = ctx.launcher
     if launcher is None or not ctx.owned(launcher) or status.job_outcome(launcher) is None \
             or disrupted_success(ctx) is None:
         return False
     if ownership.deleting(launcher):
         return True
-    config_map = ctx.observed.config_map
-    if config_map is not None and ctx.owned(config_map):
-        book = accounts.announced()
-        carried = Ledger(book.failed, book.counted,
-                         not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
-        draft.plan.patches.append(Patch(diff.ref_of(config_map), {"metadata": {"annotations": {
-            LEDGER: carried.to_json()}}}, "the launcher's retries, carried to the launcher Job made afresh"))
+    hand_over(ctx, draft, accounts.announced())
     draft.recreate(launcher, "its pod was disrupted and exited 0: not a finish, the launcher runs again")
     return True
+
+
+def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
+    """The ledger of a launcher Job about to be deleted and made afresh, kept on the hostfile ConfigMap
+    (the child that lives as long as the MPIJob runs) until the new Job carries it (`carry`).
+    Nothing is written for an empty ledger, or when the ConfigMap holds this one already."""
+    config_map = ctx.observed.config_map
+    if config_map is None or not ctx.owned(config_map) or book == Ledger():
+        return
+    kept = Ledger(book.failed, book.counted,
+                  not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
+    held = ((config_map.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
+    if held != kept.to_json():
+        draft.plan.patches.append(Patch(diff.ref_of(config_map), {"metadata": {"annotations": {
+            LEDGER: kept.to_json()}}}, "the launcher's retries, handed to the launcher Job made afresh"))
 
 
 def carry(ctx: JobContext, launcher: Obj) -> Obj:

@@ -251,3 +251,26 @@ def test_drained_launcher_that_failed_is_retried_by_its_job():
     p = run(job, obs, "job")
     assert not p.deletes and cond(p.status, st.FAILED) is None
     assert cond(p.status, st.RESTARTING)["message"].endswith("the launcher Job starts a new pod.")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ledger_count_carried_when_a_resume_makes_the_launcher_afresh(backend):
+    """Kueue injects a nodeSelector into a suspended MPIJob that had used 2 of its retries: the resume
+    recreates the launcher Job from the new template, and the new Job carries the count (it started
+    from 0 before issue 41: a preempted MPIJob got its whole budget back)."""
+    from tests.unit.sim import at, converge
+
+    job, obs = running_state(job_with(backoff=3), backend)
+    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
+    for pods in ([a], [a, b]):
+        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
+                                            backend))
+    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    job["spec"]["runPolicy"]["suspend"] = True
+    job, obs, _ = converge(job, replace(obs, pods=[]), backend, now=at(100))
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {"flavor": "a100"}
+    job["spec"]["runPolicy"]["suspend"] = False
+    job, obs, plans = converge(job, obs, backend, now=at(200), rounds=5)
+    assert "pi-launcher" in [d.ref.name for p in plans for d in p.deletes]
+    assert obs.launcher["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
+    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
