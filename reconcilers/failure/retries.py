@@ -88,6 +88,7 @@ class Failure:
     in_place: bool = False  # the container was restarted in the same pod
     permanent: bool = False  # restartPolicy ExitCode, exit code 1-127: the launcher Job fails, no retry
     order: tuple[str, str, int] = ("", "", 0)  # (its pod's creationTimestamp, its pod, the run): attempts' order
+    excused: bool = False  # not counted by a ledger entry: the launcher Job counted it, its limit makes up
 
 
 def _name(obj: Obj) -> str:
@@ -205,7 +206,7 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
             code, text = _exit(end) if end else (None, "failed")
             why = _why(not_counted.get(attempt))
             out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
-                               order=_order(pod, k)))
+                               order=_order(pod, k), excused=bool(why)))
         if not _ended(pod):
             continue
         run = restarts(ctx, pod)
@@ -215,12 +216,12 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
         code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
         if own is not None:
             out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({_disruption_text(own)})", False,
-                               code, order=order))
+                               code, order=order, excused=attempt in not_counted))
             continue
         why = _why(not_counted.get(attempt))
         permanent = code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
         out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent,
-                           order=order))
+                           order=order, excused=bool(why)))
     return out
 
 
@@ -248,6 +249,7 @@ def disrupted_success(ctx: JobContext) -> Obj | None:
 class Ledger:
     failed: int = 0  # failed attempts announced
     counted: int = 0  # of them, counted against runPolicy.backoffLimit
+    excused: int = 0  # of them, not counted by a ledger entry (the launcher Job counted them: its limit makes up)
     # The newest announced: the second its pod was made (creationTimestamp) and, for the pods made in
     # that second (names are random within it), each one's last run announced.
     last_at: str = ""
@@ -276,7 +278,8 @@ class Ledger:
         return at, tuple(sorted(runs.items()))
 
     def to_json(self) -> str:
-        body: Obj = {"failed": self.failed, "counted": self.counted, "notCounted": self.entries}
+        body: Obj = {"failed": self.failed, "counted": self.counted, "excused": self.excused,
+                     "notCounted": self.entries}
         if self.last_runs:
             body["last"] = {"at": self.last_at, "runs": dict(self.last_runs)}
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -302,10 +305,13 @@ def parse(raw: object) -> Ledger:
     entries = tuple(sorted((k, v) for k, v in nc.items() if isinstance(v, dict))) if isinstance(nc, dict) else ()
     seen = tuple(a for a in seen if isinstance(a, str)) if isinstance(seen, list) else ()
     failed = failed if isinstance(failed, int) and failed >= 0 else 0
+    bound = sum(1 for k, _ in entries if k in seen)
     if not (isinstance(cnt, int) and 0 <= cnt <= failed):
-        cnt = max(0, failed - sum(1 for k, _ in entries if k in seen))
+        cnt = max(0, failed - bound)
+    exc = value.get("excused")
+    exc = exc if isinstance(exc, int) and 0 <= exc <= failed - cnt else min(bound, failed - cnt)
     at, runs = _last(value.get("last"))
-    return Ledger(failed, cnt, at, runs, entries, seen)
+    return Ledger(failed, cnt, exc, at, runs, entries, seen)
 
 
 def ledger(launcher: Obj | None) -> Ledger:
@@ -436,10 +442,12 @@ class Accounts:
         news = self.news
         b = self.book
         if not news:
-            return Ledger(b.failed, b.counted, b.last_at, b.last_runs, tuple(sorted(self.entries.items())), b.seen)
+            return Ledger(b.failed, b.counted, b.excused, b.last_at, b.last_runs, tuple(sorted(self.entries.items())),
+                          b.seen)
         done = {f.attempt for f in news}
         entries = {k: ({**v, "announced": True} if k in done else v) for k, v in self.entries.items()}
-        return Ledger(self.total, self.total_counted, *b.after(news), tuple(sorted(entries.items())))
+        return Ledger(self.total, self.total_counted, b.excused + sum(1 for f in news if f.excused), *b.after(news),
+                      tuple(sorted(entries.items())))
 
     def pending(self, book: Ledger) -> int:
         """Entries bound to an attempt not announced yet (the one running): not counted when it fails."""
@@ -469,7 +477,7 @@ def account(ctx: JobContext, active: bool) -> Accounts:
 
 def _job_limit(ctx: JobContext, accounts: Accounts, book: Ledger) -> int:
     pod_spec = ((((ctx.launcher or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
-    free = book.failed - book.counted + accounts.pending(book)
+    free = book.excused + accounts.pending(book)
     return job_backoff_limit(backoff_limit(ctx.job), free, pod_spec.get("restartPolicy") or "Never")
 
 
@@ -480,8 +488,9 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool) ->
     if launcher is None or not ctx.owned(launcher) or (launcher.get("metadata") or {}).get("deletionTimestamp"):
         return
     old = accounts.book
-    book = accounts.announced() if announcing else Ledger(old.failed, old.counted, old.last_at, old.last_runs,
-                                                          tuple(sorted(accounts.entries.items())), old.seen)
+    book = accounts.announced() if announcing else Ledger(old.failed, old.counted, old.excused, old.last_at,
+                                                          old.last_runs, tuple(sorted(accounts.entries.items())),
+                                                          old.seen)
     limit = _job_limit(ctx, accounts, book)
     patch: Obj = {}
     if book != old:
@@ -521,7 +530,7 @@ def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
     config_map = ctx.observed.config_map
     if config_map is None or not ctx.owned(config_map) or book == Ledger():
         return
-    kept = Ledger(book.failed, book.counted,
+    kept = Ledger(book.failed, book.counted, book.excused,
                   not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
     held = ((config_map.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
     if held != kept.to_json():
@@ -537,7 +546,8 @@ def carry(ctx: JobContext, launcher: Obj) -> Obj:
     book = parse(raw)
     meta = launcher.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}), LEDGER: book.to_json()}
-    limit = job_backoff_limit(backoff_limit(ctx.job), book.failed - book.counted,
+    limit = job_backoff_limit(backoff_limit(ctx.job), book.excused + sum(1 for v in book.entries.values()
+                                                                         if not v.get("announced")),
                               ((launcher.get("spec") or {}).get("template") or {}).get("spec", {}).get(
                                   "restartPolicy") or "Never")
     launcher.setdefault("spec", {})["backoffLimit"] = limit

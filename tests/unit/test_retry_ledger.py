@@ -233,7 +233,7 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
     # the launcher Job is gone: a new one, with the carried ledger and a limit that leaves that attempt out
     p = run(job, replace(obs, pods=list(workers(job, backend))), backend)
     (new,) = [c.obj for c in p.creates if c.obj["kind"] == "Job" and c.obj["metadata"]["name"] == "pi-launcher"]
-    assert retries.ledger(new).failed == 1 and new["spec"]["backoffLimit"] == 0 + 1 + rp.NET
+    assert retries.ledger(new).failed == 1 and new["spec"]["backoffLimit"] == 0 + rp.NET  # the Job ignores it
     job, obs = apply_plan(job, obs, p)
     done = stamped(pod(job, "launcher", 1, phase="Succeeded", containerStatuses=[{
         "name": "launcher", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]), 90)
