@@ -5,7 +5,7 @@ the launcher Job: that is no finish, nor a counted failure, whatever the exit co
 `backoffLimit: 0` the run goes on once the node is uncordoned and ends `Succeeded`, pi from every rank.
 
 The drain takes only this MPIJob's pods (`--pod-selector`), but it cordons the whole node while it
-runs: the module is marked `node_disruptive`, run apart from the tests that share the node."""
+runs: the module is marked `exclusive`: `make test` runs it alone, apart from the tests that share the node."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from realnode_mpi import SSHD, apply, condition, launcher_logs, mpijob, mpijob_e
 from testsupport.kubectl import condition_statuses
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images"),
-              pytest.mark.node_disruptive]
+              pytest.mark.exclusive]
 REAL_NODE = "realnode"
 RANKS = 4
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
