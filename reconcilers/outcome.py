@@ -16,7 +16,7 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import refusal, status
+from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure import evidence, retries, workerloss
@@ -72,8 +72,8 @@ def name_clash(draft: Draft, clash: str | None) -> None:
 
 
 def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
-    if not ctx.owned(ctx.launcher):
-        return
+    if not ctx.owned(ctx.launcher) or ownership.deleting(ctx.launcher):
+        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a resume)
     outcome = status.job_outcome(ctx.launcher)
     if outcome is None:
         return

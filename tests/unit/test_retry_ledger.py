@@ -228,6 +228,10 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
     carried = next(x.patch for x in p.patches if x.ref.kind == "ConfigMap")
     book = retries.parse(carried["metadata"]["annotations"][retries.LEDGER])
     assert (book.failed, book.counted) == (1, 0)
+    # Foreground: the pod goes first, the Job (still Complete) after: it decides nothing meanwhile
+    going = {**obs.launcher, "metadata": {**obs.launcher["metadata"], "deletionTimestamp": "2025-01-01T12:01:00Z"}}
+    g = run(job, replace(obs, launcher=going, pods=list(workers(job, backend))), backend)
+    assert cond(g.status or job["status"], st.SUCCEEDED) is None and not g.creates, g.status
     job, obs = apply_plan(job, obs, p)
     assert obs.launcher is None
     # the launcher Job is gone: a new one, with the carried ledger and a limit that leaves that attempt out
