@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from testsupport.builders import simulated_mpijob
+from testsupport.builders import EXIT_ON_DELETE, simulated_mpijob
 from testsupport.kubectl import apply, conditions, events, get, live, pods, wait_condition, wait_finished
 from testsupport.waiting import wait_until
 
@@ -97,3 +97,32 @@ def test_exit_code_permanent_or_retried(kubectl, start_operator, namespace, code
     if attempts > 1:
         msgs = restarting_events(kubectl, namespace, "pi")
         assert any(f"exit code {code}; counted, 1 of 1 retries" in m for m in msgs), msgs
+
+
+def test_drained_launcher_that_exits_0_runs_again_in_a_launcher_job_made_afresh(kubectl, operator, namespace,
+                                                                               backend):
+    """backoffLimit 0; the launcher pod evicted while it runs and its program exits 0 on the SIGTERM
+    (kwok's exit code on delete 0: Open MPI 5's mpirun can do the same, e2e/test_drain.py). Its Job
+    completes, which is no finish: the MPIJob says the attempt is not counted, the operator deletes
+    the launcher Job and makes it afresh with the ledger it had, and the new launcher's run ends
+    Succeeded (issue 41 item 10)."""
+    job = simulated_mpijob("pi", workers=2, launcher_runs="15s", run_policy={"backoffLimit": 0})
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["annotations"][EXIT_ON_DELETE] = "0"
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    first = one_live_launcher(kubectl, namespace, "pi")
+    old_job = get(kubectl, namespace, "job", "pi-launcher")["metadata"]["uid"]
+    evict(kubectl, namespace, first["metadata"]["name"])
+    # (announced as it is being deleted, or once it exited 0: the message says how it runs again then)
+    wait_until(lambda: any(first["metadata"]["name"] in m and "was disrupted" in m and "not counted" in m
+                           for m in restarting_events(kubectl, namespace, "pi")), 60, interval=0.3,
+               what="the drained launcher's end announced as not counted")
+    new = wait_until(lambda: (j := get(kubectl, namespace, "job", "pi-launcher")) and
+                     j["metadata"]["uid"] != old_job and j, 90, interval=0.3, what="a launcher Job made afresh")
+    conds = conditions(kubectl, namespace, "pi")
+    assert conds.get("Succeeded") is None and conds.get("Failed") is None, conds
+    old = [p for p in pods(kubectl, namespace, "pi", "launcher") if p["metadata"]["uid"] == first["metadata"]["uid"]]
+    assert not old, old  # the old Job went (Foreground) with its pod
+    book = json.loads(new["metadata"]["annotations"][LEDGER])
+    assert (book["failed"], book["counted"]) == (1, 0), book
+    assert wait_finished(kubectl, namespace, "pi", 120) == "Succeeded", conditions(kubectl, namespace, "pi")

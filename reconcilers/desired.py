@@ -411,10 +411,10 @@ def launcher(mpijob: Obj, config: Config, *, running: bool = True) -> Obj:
     ttlSecondsAfterFinished is *not* copied: the operator deletes the whole MPIJob when it runs out."""
     template = launcher_template(mpijob, config)
     rp = _spec(mpijob)["runPolicy"]
-    _, _, failure_policy = restartpolicy.launcher_pod(mpijob, config)
+    pod_policy, _, failure_policy = restartpolicy.launcher_pod(mpijob, config)
     spec: Obj = {
         # The operator counts the retries (reconcilers/failure/retries.py): the Job's own limit is a net under it.
-        "backoffLimit": restartpolicy.job_backoff_limit(restartpolicy.backoff_limit(mpijob), 0),
+        "backoffLimit": restartpolicy.job_backoff_limit(restartpolicy.backoff_limit(mpijob), 0, pod_policy),
         "podReplacementPolicy": "Failed",
         "suspend": not running,
         "template": template,

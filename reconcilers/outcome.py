@@ -16,7 +16,7 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import refusal, status
+from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure import evidence, retries, workerloss
@@ -72,12 +72,14 @@ def name_clash(draft: Draft, clash: str | None) -> None:
 
 
 def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
-    if not ctx.owned(ctx.launcher):
-        return
+    if not ctx.owned(ctx.launcher) or ownership.deleting(ctx.launcher):
+        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a resume)
     outcome = status.job_outcome(ctx.launcher)
     if outcome is None:
         return
     kind, reason, message, when = outcome
+    if kind == status.SUCCEEDED and retries.disrupted_success(ctx) is not None:
+        return  # a disrupted launcher's exit 0 is no finish: its Job is made afresh (retries.relaunch)
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.

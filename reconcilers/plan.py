@@ -156,9 +156,11 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     takeover.replace_lost_workers(ctx, draft)  # an upstream-started run: a lost bare worker back (section 6.3)
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
+    relaunching = retries.relaunch(ctx, draft, accounts)  # a disrupted launcher's exit 0 is no finish
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
-        children.sync_launcher(ctx, draft, running=True)
+        if not relaunching:
+            children.sync_launcher(ctx, draft, running=True)
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)
@@ -172,7 +174,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     lost = workerloss.lost_now(ctx, draft.status)
     job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
-    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" for p in ctx.pods.launchers)
+    # (One that a disruption ended is no finish: retries.disrupted_success, made afresh below.)
+    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" and retries.disruption(p) is None
+                        for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
     described = retries.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
@@ -180,7 +184,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = retries.restarting(ctx, accounts.fails, newest, accounts.announced().failed, described)
+        msg = retries.restarting(ctx, accounts, newest, accounts.announced().failed, described)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
@@ -193,7 +197,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry and accounts.fails:
         # the newest failure, announced already: its message stays (the Job's count alone says less)
-        msg = retries.restarting(ctx, accounts.fails, accounts.fails[-1], accounts.book.failed, described)
+        msg = retries.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     elif launcher_retry or lost or job_lost:
@@ -203,8 +207,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same)
-    retries.sync(ctx, draft, accounts, announcing, ledger_only=takeover.upstream_shaped(ctx))
+    if not relaunching:
+        # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same)
+        retries.sync(ctx, draft, accounts, announcing, ledger_only=takeover.upstream_shaped(ctx))
     gang.gang_wait(ctx, draft, running)
 
 
@@ -258,7 +263,7 @@ def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
     if not draft.finished():
-        ended = retries.verdict(ctx, accounts.fails)  # before the launcher Job shows it (retries.py)
+        ended = retries.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
         if ended:
             draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
             outcome.not_running_if_never_ran(draft, None)

@@ -27,9 +27,13 @@ DISRUPTION_TARGET = "DisruptionTarget"
 EXIT_CODE = "ExitCode"  # the upstream launcher restartPolicy: 1-127 permanent, 128-255 retried
 PERMANENT_EXIT_CODES = list(range(1, 128))
 RETRIED_EXIT_CODES = list(range(128, 256))
-# The launcher Job fails by itself this many counted failures after the operator would have: time
-# for the operator to judge a failure (was a worker disrupted?) before the Job controller acts on it.
+# The launcher Job fails by itself one counted failure after the operator would have: time for the
+# operator to judge a failure (was a worker disrupted?) before the Job controller acts on it. The Job
+# controller fails a Job whose pods restart Never at `failed > backoffLimit`, but one whose pods
+# restart OnFailure at `restarts >= backoffLimit` (its pastBackoffLimitOnFailure), one sooner: that
+# one's limit is a failure higher, so the net is as wide in both (docs/architecture.md section 11).
 NET = 1
+NET_ON_FAILURE = NET + 1
 
 
 def backoff_limit(job: Obj) -> int:
@@ -86,7 +90,8 @@ def in_place_for(config: Config) -> bool:
     return mode == "in-place" or (mode == "auto" and config.worker_backend == "statefulset")
 
 
-def job_backoff_limit(backoff: int, not_counted: int) -> int:
+def job_backoff_limit(backoff: int, not_counted: int, pod_restart_policy: str = "Never") -> int:
     """The launcher Job's own backoffLimit: the user's, the failures the operator does not count, and
-    the net (NET) under the operator's count (retries.py)."""
-    return backoff + not_counted + NET
+    the net under the operator's count (retries.py), as wide for pods restarted OnFailure by the
+    kubelet (the Job counts their restarts) as for pods made anew."""
+    return backoff + not_counted + (NET_ON_FAILURE if pod_restart_policy == "OnFailure" else NET)

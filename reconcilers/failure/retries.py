@@ -14,17 +14,30 @@ against `runPolicy.backoffLimit`, or not:
 
 Who counts: the operator. The Job controller counts failed pods only (not restarts in place) and
 decides at once, before the operator can tell a worker's disruption from a plain failure; so the
-launcher Job's own `backoffLimit` is `runPolicy.backoffLimit` + the attempts not counted + 1 (a net
-one failure wide under the operator's count, restartpolicy.NET), and the MPIJob fails
+launcher Job's own `backoffLimit` is `runPolicy.backoffLimit` + the attempts not counted + a net one
+failure wide under the operator's count (restartpolicy.job_backoff_limit), and the MPIJob fails
 `BackoffLimitExceeded` when the operator's count exceeds `runPolicy.backoffLimit` (the finished
 MPIJob then stops its launcher Job, plan.py).
 
+A worker's disruption excuses the one failure it causes (a Job's podFailurePolicy ignores the one
+disrupted pod, not the pods after it): the oldest counted failure not announced yet when the
+disruption is first seen, else the attempt running then. A retry that starts before the
+replacement worker runs, and fails for want of it, is counted: an eviction whose replacement cannot
+be scheduled ends the run once the budget is spent (docs/architecture.md section 11).
+
 The ledger (annotation LEDGER on the launcher Job, JSON) keeps what must outlive the pods, the
-cache and the operator: `failed`, the failed attempts announced so far (replicaStatuses.Launcher.
-failed shows it), `seen`, which ones (the latest SEEN_MAX: a failure of another attempt is new, and
-Restarting and an Event say so, once; a failed pod that leaves the cache is no news either), and
-`notCounted`, attempt -> the disruption it is bound to. A launcher Job made afresh starts a fresh
-ledger, as the Job's own count starts afresh.
+cache and the operator, in a size that does not grow with the attempts:
+- `failed` and `counted`: the failed attempts announced so far and how many of them count. The
+  MPIJob's count is the ledger's, the cache only adding the attempts not announced yet: a failed pod
+  removed by a user or the pod GC lowers nothing.
+- `last`: the newest attempt announced. Attempts are ordered (a launcher pod is made only after the
+  one before it ended; runs in place follow each other), so an attempt at or before it is old news;
+  it keeps the second the newest pod was made and, for the pods made in that second (their names are
+  random), each one's last run.
+- `notCounted`: the bindings of disruptions, attempt -> the disruption, kept while the attempt is not
+  announced or the disrupted pod is still seen (so that one disruption never binds twice).
+A launcher Job made afresh takes the ledger of the one it replaces (carried on the hostfile
+ConfigMap in between: `relaunch`, `carry`), so the budget is the MPIJob's, not one Job's.
 
 How the launcher runs again, in place or in a new pod: reconcilers/failure/restartpolicy.py.
 """
@@ -35,7 +48,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from reconcilers import desired, diff, names
+from reconcilers import desired, diff, names, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure.restartpolicy import (
@@ -55,7 +68,6 @@ LEDGER = "mpijob-operator.dev/launcher-retries"
 R_PERMANENT_EXIT_CODE = "PermanentExitCode"
 R_BACKOFF_LIMIT = "BackoffLimitExceeded"
 _WHY_MAX = 200  # characters of a reason kept in the ledger
-SEEN_MAX = 50  # announced attempts kept in the ledger (older ones left the cache long ago)
 # A failure announced while the launcher already runs again (restarted in place) is followed by
 # Running this long after: the status echo of the announcement reconciles nothing (news.py).
 RUNNING_AGAIN_S = 1.0
@@ -75,6 +87,8 @@ class Failure:
     exit_code: int | None = None
     in_place: bool = False  # the container was restarted in the same pod
     permanent: bool = False  # restartPolicy ExitCode, exit code 1-127: the launcher Job fails, no retry
+    order: tuple[str, str, int] = ("", "", 0)  # (its pod's creationTimestamp, its pod, the run): attempts' order
+    excused: bool = False  # not counted by a ledger entry: the launcher Job counted it, its limit makes up
 
 
 def _name(obj: Obj) -> str:
@@ -135,10 +149,12 @@ def restarts(ctx: JobContext, pod: Obj) -> int:
 
 
 def _ended(pod: Obj) -> bool:
-    """Failed, or a disrupted pod being deleted (it will not run again, whatever phase was seen last)."""
+    """Failed; a disrupted pod being deleted (it will not run again, whatever phase was seen last); or a
+    disrupted pod that exited 0 (a drain's SIGTERM: Open MPI 5's mpirun can exit 0 on it), which is no
+    finish (`disrupted_success`)."""
     phase = (pod.get("status") or {}).get("phase")
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return phase == "Failed" or (phase != "Succeeded" and deleting and disruption(pod) is not None)
+    return phase == "Failed" or (disruption(pod) is not None and (phase == "Succeeded" or deleting))
 
 
 def _terminations(ctx: JobContext, pod: Obj, cs: Obj) -> list[Obj]:
@@ -175,6 +191,10 @@ def _will_restart(ctx: JobContext, code: object) -> bool:
     return policy == "Always" or (policy == "OnFailure" and code != 0)
 
 
+def _order(pod: Obj, run: int) -> tuple[str, str, int]:
+    return ((pod.get("metadata") or {}).get("creationTimestamp") or "", _name(pod), run)
+
+
 def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
     """Every failed attempt of the launcher Job's pods, oldest first."""
     out: list[Failure] = []
@@ -185,20 +205,23 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
             attempt = f"{name}#{k}"
             code, text = _exit(end) if end else (None, "failed")
             why = _why(not_counted.get(attempt))
-            out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True))
+            out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
+                               order=_order(pod, k), excused=bool(why)))
         if not _ended(pod):
             continue
-        attempt = f"{name}#{restarts(ctx, pod)}"
+        run = restarts(ctx, pod)
+        attempt, order = f"{name}#{run}", _order(pod, run)
         own = disruption(pod)
         term = ((cs.get("state") or {}).get("terminated") or {})
         code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
         if own is not None:
             out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({_disruption_text(own)})", False,
-                               code))
+                               code, order=order, excused=attempt in not_counted))
             continue
         why = _why(not_counted.get(attempt))
         permanent = code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
-        out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent))
+        out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent,
+                           order=order, excused=bool(why)))
     return out
 
 
@@ -210,37 +233,90 @@ def counted(fails: list[Failure]) -> int:
     return sum(1 for f in fails if f.counted)
 
 
+def disrupted_success(ctx: JobContext) -> Obj | None:
+    """The launcher pod that exited 0 while a disruption ended it (a drain, a preemption): no finish,
+    whatever its exit code. Its mpirun was told to stop, and Open MPI 5's exits 0 on SIGTERM as
+    readily as after its ranks finished. The run goes on in a launcher Job made afresh (`relaunch`)."""
+    done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
+    newest = max(done, key=lambda p: _order(p, 0)) if done else None
+    return newest if newest is not None and disruption(newest) is not None else None
+
+
 # -- the ledger -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Ledger:
     failed: int = 0  # failed attempts announced
-    seen: tuple[str, ...] = ()  # the latest of them, oldest first
-    not_counted: tuple[tuple[str, Obj], ...] = ()  # attempt -> {worker|launcher, uid, why[, back]}
+    counted: int = 0  # of them, counted against runPolicy.backoffLimit
+    excused: int = 0  # of them, not counted by a ledger entry (the launcher Job counted them: its limit makes up)
+    # The newest announced: the second its pod was made (creationTimestamp) and, for the pods made in
+    # that second (names are random within it), each one's last run announced.
+    last_at: str = ""
+    last_runs: tuple[tuple[str, int], ...] = ()
+    not_counted: tuple[tuple[str, Obj], ...] = ()  # attempt -> {worker|launcher, uid, why[, announced]}
+    seen: tuple[str, ...] = ()  # announced attempts, as a ledger of an earlier version named them (read only)
 
     @property
     def entries(self) -> dict[str, Obj]:
         return dict(self.not_counted)
 
+    def announced(self, f: Failure) -> bool:
+        at, pod, run = f.order
+        if f.attempt in self.seen or (self.last_runs and at < self.last_at):
+            return True
+        runs = dict(self.last_runs)
+        return at == self.last_at and pod in runs and run <= runs[pod]
+
+    def after(self, news: list[Failure]) -> tuple[str, tuple[tuple[str, int], ...]]:
+        """(last_at, last_runs) once `news` are announced too."""
+        at = max([self.last_at, *(f.order[0] for f in news)])
+        runs = dict(self.last_runs) if at == self.last_at else {}
+        for f in news:
+            if f.order[0] == at:
+                runs[f.order[1]] = max(runs.get(f.order[1], -1), f.order[2])
+        return at, tuple(sorted(runs.items()))
+
     def to_json(self) -> str:
-        body = {"failed": self.failed, "seen": list(self.seen), "notCounted": self.entries}
+        body: Obj = {"failed": self.failed, "counted": self.counted, "excused": self.excused,
+                     "notCounted": self.entries}
+        if self.last_runs:
+            body["last"] = {"at": self.last_at, "runs": dict(self.last_runs)}
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
-def ledger(launcher: Obj | None) -> Ledger:
-    """The ledger kept on the launcher Job; an unreadable one reads as empty."""
-    raw = (((launcher or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER)
+def _last(value: object) -> tuple[str, tuple[tuple[str, int], ...]]:
+    if not isinstance(value, dict) or not isinstance(value.get("at"), str) or not isinstance(value.get("runs"), dict):
+        return "", ()
+    runs = tuple(sorted((k, v) for k, v in value["runs"].items() if isinstance(v, int) and not isinstance(v, bool)))
+    return value["at"], runs
+
+
+def parse(raw: object) -> Ledger:
+    """A ledger from its JSON; garbage reads as empty. A ledger of an earlier version (a list `seen`,
+    no `counted`) reads with its not-counted entries taken off its count."""
     try:
         value = json.loads(raw) if isinstance(raw, str) else {}
     except ValueError:
         return Ledger()
     if not isinstance(value, dict):
         return Ledger()
-    failed, seen, nc = value.get("failed"), value.get("seen"), value.get("notCounted")
+    failed, seen, nc, cnt = value.get("failed"), value.get("seen"), value.get("notCounted"), value.get("counted")
     entries = tuple(sorted((k, v) for k, v in nc.items() if isinstance(v, dict))) if isinstance(nc, dict) else ()
     seen = tuple(a for a in seen if isinstance(a, str)) if isinstance(seen, list) else ()
-    return Ledger(failed if isinstance(failed, int) and failed >= 0 else 0, seen, entries)
+    failed = failed if isinstance(failed, int) and failed >= 0 else 0
+    bound = sum(1 for k, _ in entries if k in seen)
+    if not (isinstance(cnt, int) and 0 <= cnt <= failed):
+        cnt = max(0, failed - bound)
+    exc = value.get("excused")
+    exc = exc if isinstance(exc, int) and 0 <= exc <= failed - cnt else min(bound, failed - cnt)
+    at, runs = _last(value.get("last"))
+    return Ledger(failed, cnt, exc, at, runs, entries, seen)
+
+
+def ledger(launcher: Obj | None) -> Ledger:
+    """The ledger kept on the launcher Job (or carried on the ConfigMap); an unreadable one reads as empty."""
+    return parse((((launcher or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER))
 
 
 def _current_attempt(ctx: JobContext) -> str | None:
@@ -273,51 +349,36 @@ def _disrupted_workers(ctx: JobContext) -> list[tuple[Obj, Obj]]:
     return [(p, disruption(p) or {}) for p in seen.values()]
 
 
-def _back(ctx: JobContext, host: str, uid: str) -> bool:
-    """A pod other than the disrupted one runs Ready under the disrupted worker's hostname."""
-    return any(desired.pod_hostname(p) == host and _uid(p) != uid and desired.is_pod_ready(p)
-               for p in ctx.pods.workers)
-
-
-def _unannounced(fails: list[Failure], seen: tuple[str, ...]) -> list[str]:
-    """The failed attempts not announced yet."""
-    return [f.attempt for f in fails if f.attempt not in seen]
+def _observed_uids(ctx: JobContext) -> set[str]:
+    return {_uid(p) for p in [*ctx.pods.workers, *ctx.pods.launchers, *ctx.inputs.disrupted]}
 
 
 def bind(ctx: JobContext, book: Ledger) -> dict[str, Obj]:
-    """The not-counted entries with the attempts that a worker's disruption makes not count:
-    - a disruption seen for the first time binds the current attempt (running: its mpirun is about
-      to lose the host; failed: it lost it) and every failed attempt not announced yet (they ended
-      since the operator last looked);
-    - until a pod runs Ready again under the disrupted worker's name, each failure not announced yet
-      is bound too: an attempt that starts before the worker is back fails for want of it. Once the
-      worker is back, its entries are marked so (`back`) and bind nothing more.
-    Binding follows what the operator saw, not times from two clocks (the API server's and the
-    node's): a launcher attempt that failed for its own reason while a worker was being evicted, seen
-    together with it, is not counted either."""
+    """The not-counted entries with the attempt each newly seen worker disruption excuses: the oldest
+    failure not announced yet that would count (it ended since the operator last looked: the loss
+    ended it), else the attempt that runs now (its mpirun is about to lose the host). One attempt per
+    disruption, never more: a retry that fails because the replacement worker is not back yet is the
+    launcher's own failure, counted, so an eviction whose replacement cannot be scheduled ends the
+    run when the budget is spent. Binding follows what the operator saw, not times from two clocks
+    (the API server's and the node's).
+    Entries of announced attempts are dropped once their disrupted pod is seen no more (it can bind
+    nothing again), so the ledger keeps its size whatever the number of attempts."""
     entries = book.entries
-    out = dict(entries)
-    seen = {v.get("uid") for v in entries.values()}
-    current = _current_attempt(ctx)
-    fresh = _unannounced(failures(ctx, entries), book.seen)
+    observed = _observed_uids(ctx)
+    out = {k: v for k, v in entries.items() if not v.get("announced") or v.get("uid") in observed}
+    used = {v.get("uid") for v in entries.values()}
+    fails = failures(ctx, entries)
     for pod, c in _disrupted_workers(ctx):
         host, uid = desired.pod_hostname(pod), _uid(pod)
-        if uid in seen:
+        if uid in used:
             continue
-        seen.add(uid)
-        entry = {"worker": host, "uid": uid, "why": f"worker {host} was disrupted ({_disruption_text(c)})"[:_WHY_MAX]}
-        for attempt in ([current] if current else []) + fresh:
-            out.setdefault(attempt, entry)
-    for entry in entries.values():
-        if "worker" not in entry or entry.get("back"):
-            continue
-        if _back(ctx, str(entry["worker"]), str(entry.get("uid"))):
-            for key, other in out.items():  # every attempt bound to this disruption
-                if other.get("uid") == entry.get("uid"):
-                    out[key] = {**other, "back": True}
-        else:
-            for attempt in fresh:
-                out.setdefault(attempt, entry)
+        used.add(uid)
+        fresh = [f.attempt for f in fails if f.counted and not book.announced(f) and f.attempt not in out]
+        current = _current_attempt(ctx)
+        target = fresh[0] if fresh else current if current not in out else None
+        if target is not None:
+            out[target] = {"worker": host, "uid": uid,
+                           "why": f"worker {host} was disrupted ({_disruption_text(c)})"[:_WHY_MAX]}
     return out
 
 
@@ -343,8 +404,8 @@ def launcher_disruptions(ctx: JobContext, entries: dict[str, Obj]) -> dict[str, 
 @dataclass(frozen=True)
 class Accounts:
     """The launcher's retries as one plan sees them: the ledger observed, the not-counted entries it
-    should have, the failed attempts judged with them, and what a plan that announces the newest
-    failure writes (`announced`)."""
+    should have, the failed attempts judged with them, and what a plan that announces the new
+    failures writes (`announced`). The counts are the ledger's plus the attempts not announced yet."""
 
     book: Ledger
     entries: dict[str, Obj]
@@ -352,21 +413,45 @@ class Accounts:
     job_failed: int
 
     @property
+    def news(self) -> list[Failure]:
+        """The failed attempts not announced yet, oldest first."""
+        return [f for f in self.fails if not self.book.announced(f)]
+
+    @property
     def newest(self) -> Failure | None:
         """The newest failed attempt not announced yet, else the newest one."""
-        news = set(_unannounced(self.fails, self.book.seen))
-        return next((f for f in reversed(self.fails) if f.attempt in news), self.fails[-1] if self.fails else None)
+        news = self.news
+        return news[-1] if news else self.fails[-1] if self.fails else None
 
     @property
     def new_failure(self) -> bool:
         """A failed attempt not announced yet."""
-        return bool(_unannounced(self.fails, self.book.seen))
+        return bool(self.news)
+
+    @property
+    def total(self) -> int:
+        """Every failed attempt: the ledger's and those not announced yet."""
+        return self.book.failed + len(self.news)
+
+    @property
+    def total_counted(self) -> int:
+        return self.book.counted + counted(self.news)
 
     def announced(self) -> Ledger:
         """The ledger once every failed attempt is announced."""
-        news = _unannounced(self.fails, self.book.seen)
-        return Ledger(self.book.failed + len(news), (*self.book.seen, *news)[-SEEN_MAX:],
-                      tuple(sorted(self.entries.items())))
+        news = self.news
+        b = self.book
+        if not news:
+            return Ledger(b.failed, b.counted, b.excused, b.last_at, b.last_runs, tuple(sorted(self.entries.items())),
+                          b.seen)
+        done = {f.attempt for f in news}
+        entries = {k: ({**v, "announced": True} if k in done else v) for k, v in self.entries.items()}
+        return Ledger(self.total, self.total_counted, b.excused + sum(1 for f in news if f.excused), *b.after(news),
+                      tuple(sorted(entries.items())))
+
+    def pending(self, book: Ledger) -> int:
+        """Entries bound to an attempt not announced yet (the one running): not counted when it fails."""
+        return sum(1 for v in book.entries.values() if not v.get("announced"))
 
     def shown(self, announcing: bool) -> int:
         """replicaStatuses.Launcher.failed: the launcher's failed attempts, in new pods or in place."""
@@ -390,6 +475,12 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     return Accounts(book, entries, failures(ctx, entries), job_failed)
 
 
+def _job_limit(ctx: JobContext, accounts: Accounts, book: Ledger) -> int:
+    pod_spec = ((((ctx.launcher or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+    free = book.excused + accounts.pending(book)
+    return job_backoff_limit(backoff_limit(ctx.job), free, pod_spec.get("restartPolicy") or "Never")
+
+
 def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, ledger_only: bool = False) -> None:
     """The launcher Job's ledger and backoffLimit brought to what the operator counts (one merge
     patch; nothing when they match). `ledger_only`: the upstream operator's launcher Job
@@ -398,39 +489,92 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
     launcher = ctx.launcher
     if launcher is None or not ctx.owned(launcher) or (launcher.get("metadata") or {}).get("deletionTimestamp"):
         return
-    book = accounts.announced() if announcing else Ledger(accounts.book.failed, accounts.book.seen,
-                                                          tuple(sorted(accounts.entries.items())))
-    limit = job_backoff_limit(backoff_limit(ctx.job), len(book.not_counted))
+    old = accounts.book
+    book = accounts.announced() if announcing else Ledger(old.failed, old.counted, old.excused, old.last_at,
+                                                          old.last_runs, tuple(sorted(accounts.entries.items())),
+                                                          old.seen)
+    limit = _job_limit(ctx, accounts, book)
     patch: Obj = {}
-    if book != accounts.book:
+    if book != old:
         patch["metadata"] = {"annotations": {LEDGER: book.to_json()}}
     if not ledger_only and (launcher.get("spec") or {}).get("backoffLimit") != limit:
         patch["spec"] = {"backoffLimit": limit}
     if patch:
-        added = sorted(set(book.entries) - set(accounts.book.entries))
-        failed = [a for a in book.seen if a not in accounts.book.seen]
+        added = sorted(set(book.entries) - set(old.entries))
+        failed = [f.attempt for f in accounts.news] if announcing else []
         why = (f"launcher attempt(s) {', '.join(added)} not counted" if added
                else f"launcher attempt(s) {', '.join(failed)} failed" if failed else "the launcher's retries")
         draft.plan.patches.append(Patch(diff.ref_of(launcher), patch, f"{why}: backoffLimit {limit}"))
 
 
+# -- a launcher Job made afresh ---------------------------------------------------------------------
+
+
+def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
+    """A launcher Job that completed with a disrupted pod's exit 0 (`disrupted_success`) is made afresh:
+    its ledger, with that attempt announced as not counted, is handed over (`hand_over`) and the Job
+    is deleted; the next pass creates the new one with that ledger (`carry`). True while that happens."""
+    launcher = ctx.launcher
+    if launcher is None or not ctx.owned(launcher) or status.job_outcome(launcher) is None \
+            or disrupted_success(ctx) is None:
+        return False
+    if ownership.deleting(launcher):
+        return True
+    hand_over(ctx, draft, accounts.announced())
+    draft.recreate(launcher, "its pod was disrupted and exited 0: not a finish, the launcher runs again")
+    return True
+
+
+def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
+    """The ledger of a launcher Job about to be deleted and made afresh, kept on the hostfile ConfigMap
+    (the child that lives as long as the MPIJob runs) until the new Job carries it (`carry`).
+    Nothing is written for an empty ledger, or when the ConfigMap holds this one already."""
+    config_map = ctx.observed.config_map
+    if config_map is None or not ctx.owned(config_map) or book == Ledger():
+        return
+    kept = Ledger(book.failed, book.counted, book.excused,
+                  not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
+    held = ((config_map.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
+    if held != kept.to_json():
+        draft.plan.patches.append(Patch(diff.ref_of(config_map), {"metadata": {"annotations": {
+            LEDGER: kept.to_json()}}}, "the launcher's retries, handed to the launcher Job made afresh"))
+
+
+def carry(ctx: JobContext, launcher: Obj) -> Obj:
+    """The launcher Job to create, with the ledger carried from the one it replaces (`relaunch`)."""
+    raw = (((ctx.observed.config_map or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER)
+    if not isinstance(raw, str) or not ctx.owned(ctx.observed.config_map):
+        return launcher
+    book = parse(raw)
+    meta = launcher.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), LEDGER: book.to_json()}
+    limit = job_backoff_limit(backoff_limit(ctx.job), book.excused + sum(1 for v in book.entries.values()
+                                                                         if not v.get("announced")),
+                              ((launcher.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+                                  "restartPolicy") or "Never")
+    launcher.setdefault("spec", {})["backoffLimit"] = limit
+    return launcher
+
+
 # -- what the status says ---------------------------------------------------------------------------
 
 
-def budget(ctx: JobContext, fails: list[Failure]) -> str:
+def budget(ctx: JobContext, accounts: Accounts) -> str:
     limit = backoff_limit(ctx.job)
-    free = len(fails) - counted(fails)
-    return (f"{counted(fails)} of {limit} retries (runPolicy.backoffLimit) used"
+    free = accounts.total - accounts.total_counted
+    return (f"{accounts.total_counted} of {limit} retries (runPolicy.backoffLimit) used"
             + (f", {free} not counted" if free else ""))
 
 
-def restarting(ctx: JobContext, fails: list[Failure], f: Failure, attempt_no: int, lost: list[str]) -> str:
+def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int, lost: list[str]) -> str:
     """Restarting's message for failure `f`: the attempt (its number among the failed ones,
     `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again."""
-    how = "the launcher restarts in place" if _in_place_next(ctx, f) else "the launcher Job starts a new pod"
+    how = ("the launcher Job is made afresh" if disrupted_success(ctx) is not None and f.pod == _name(
+        disrupted_success(ctx) or {}) else "the launcher restarts in place" if _in_place_next(ctx, f)
+        else "the launcher Job starts a new pod")
     workers = f" after {', '.join(lost)}" if lost and "disrupted" not in f.cause else ""
     return (f"MPIJob {ctx.key} is restarting: launcher attempt {attempt_no} (pod {f.pod}) failed: "
-            f"{f.cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, fails)}; {how}.")
+            f"{f.cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, accounts)}; {how}.")
 
 
 def _in_place_next(ctx: JobContext, f: Failure) -> bool:
@@ -451,23 +595,27 @@ def lost_workers(ctx: JobContext) -> list[str]:
     return out
 
 
-def verdict(ctx: JobContext, fails: list[Failure]) -> tuple[str, str] | None:
+def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:
     """(reason, message) of the MPIJob's failure that the launcher's attempts decide, before the
     launcher Job shows it: an exit code that restartPolicy ExitCode makes permanent (the Job's
     podFailurePolicy fails it too, a second later), or more counted failures than
-    runPolicy.backoffLimit allows (the Job, a failure wider, is stopped)."""
+    runPolicy.backoffLimit allows (the ledger's count and the new ones; the Job, a failure wider, is
+    stopped)."""
+    fails = accounts.fails
     permanent = next((f for f in fails if f.permanent), None)
     if permanent is not None:
         return permanent_reason(permanent.exit_code), _permanent_message(ctx, permanent.exit_code, permanent.pod)
     limit = backoff_limit(ctx.job)
-    if counted(fails) <= limit:
+    if accounts.total_counted <= limit:
         return None
-    last = next(f for f in reversed(fails) if f.counted)
-    free = len(fails) - counted(fails)
+    news = accounts.news
+    last = next((f for f in reversed(news) if f.counted), None)
+    free = accounts.total - accounts.total_counted
+    where = (f"; last: attempt {accounts.book.failed + news.index(last) + 1} (pod {last.pod}) {last.cause}"
+             if last is not None else "")
     return R_BACKOFF_LIMIT, (
-        f"MPIJob {ctx.key} has failed: the launcher failed {counted(fails)} time(s), more than "
-        f"runPolicy.backoffLimit ({limit}) allows; last: attempt {fails.index(last) + 1} (pod {last.pod}) "
-        f"{last.cause}" + (f" ({free} failure(s) not counted)" if free else ""))
+        f"MPIJob {ctx.key} has failed: the launcher failed {accounts.total_counted} time(s), more than "
+        f"runPolicy.backoffLimit ({limit}) allows{where}" + (f" ({free} failure(s) not counted)" if free else ""))
 
 
 def permanent_reason(code: int | None) -> str:

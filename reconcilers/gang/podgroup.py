@@ -8,7 +8,7 @@ named after it, controlled by it, and every pod template names that scheduler an
 | `volcano` | `scheduling.volcano.sh/v1beta1` | annotation `scheduling.k8s.io/group-name` |
 | any other name | `scheduling.x-k8s.io/v1alpha1` (scheduler-plugins) | label `scheduling.x-k8s.io/pod-group` |
 
-The spec follows the Kubeflow MPI Operator's (README, "Gang scheduling"):
+The spec follows the Kubeflow MPI Operator's (docs/operations.md, "Gang scheduling: the PodGroup"):
 - `minMember`: `runPolicy.schedulingPolicy.minAvailable`, else workers + 1 (the launcher); with
   `launcherCreationPolicy: WaitForWorkersReady` the workers alone (see `_launcher_in_gang`);
 - `minResources`: `schedulingPolicy.minResources`, else the requests (a limit where a container sets
