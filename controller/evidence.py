@@ -9,6 +9,8 @@ verdict counts as cut short; so the read is tried once per launcher pod and reme
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.rest import RestClient
 from controller import logs
@@ -40,3 +42,13 @@ def read(client: RestClient, want: LogRead) -> LauncherReport:
     report = evidence.scan(want.uid, text)
     log.info("the launcher's log was read", pod=want.pod, cut_short=report.cut_short)
     return report
+
+
+def read_wanted(client: RestClient, reports: dict[str, LauncherReport], wanted: Sequence[LogRead]) -> bool:
+    """Reads each launcher log a plan waits on (reconcilers/failure/workerloss.py judge) that `reports`
+    (the MPIJob's memory, by pod uid) has no report of yet, once each; True when any was read, so that
+    the MPIJob is planned again with what they said."""
+    todo = [r for r in wanted if r.uid not in reports]
+    for want in todo:
+        reports[want.uid] = read(client, want)
+    return bool(todo)
