@@ -297,8 +297,8 @@ class MPIJobController(InformerWiring):
         self._held(mem, plan.held)
         with self.memory.lock:  # planned and applied: those deletes are in the status now, if they mattered
             mem.gone_workers = [p for p in mem.gone_workers if not any(p is g for g in gone)]
-        if plan.read_logs and evidence.read_wanted(self.executor.client, mem.reports, plan.read_logs):
-            self.queue.add(key)  # plan again with what the logs said
+        if plan.read_logs:
+            self._read_logs(key, mem, plan)
         if last is not None and not last.permanent:
             # The writes passed this time: forget the refusal and plan again, which clears Blocked.
             mem.refusal = None
@@ -338,6 +338,16 @@ class MPIJobController(InformerWiring):
                 metrics.job_not_running_since.remove(ns, name)
         else:
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
+
+    def _read_logs(self, key: str, mem: JobMemory, plan: Plan) -> None:
+        """The launcher logs the verdict waits on (controller/evidence.py): plan again at once with
+        what they said, or when a read that met a transient answer may be tried again."""
+        added, wait = evidence.read_wanted(self.executor.client, mem.reports, mem.log_retries, plan.read_logs,
+                                           time.monotonic())
+        if added:
+            self.queue.add(key)
+        elif wait is not None:
+            self.queue.add_after(key, wait)
 
     def _settle(self, mem: JobMemory, mpijob: dict) -> float:
         bringing_up = pace.bringing_up(mpijob)
