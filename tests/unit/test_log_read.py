@@ -194,3 +194,39 @@ def test_transient_read_a_connection_refused_is_transient():
     srv.server_close()  # nothing listens there now
     assert ce.read_wanted(local_client(f"http://127.0.0.1:{port}"), reports, retries, [WANT], 0.0) == (False, 1.0)
     assert not reports and retries[WANT.uid].failures == 1
+
+
+def test_transient_read_the_controller_queues_the_retry_never_sleeps():
+    """The controller's wiring (MPIJobController._read_logs): a transient answer puts the MPIJob back
+    in the work queue after the backoff (the worker returns at once); the read that succeeds queues
+    it now, so that the verdict is planned with the report."""
+    import time
+
+    from controller import mpijob_controller as mc
+    from controller.config import Options
+    from controller.job_memory import JobMemory
+    from informers.factory import InformerFactory
+    from reconcilers.types import Plan
+
+    with serving(_LogServer(status(503, "ServiceUnavailable"), log("pi is approximately 3.14\n"))) as srv:
+        client = local_client(f"http://127.0.0.1:{srv.server_address[1]}")
+
+        class Executor:
+            pass
+
+        executor = Executor()
+        executor.client = client  # type: ignore[attr-defined]
+        ctrl = mc.MPIJobController(Options(), InformerFactory(client, namespace="ns"), executor)  # type: ignore[arg-type]
+        try:
+            mem, plan = JobMemory("uid-pi"), Plan(read_logs=[WANT])
+            t0 = time.monotonic()
+            ctrl._read_logs("ns/pi", mem, plan)
+            assert time.monotonic() - t0 < 1.0, "the worker slept"
+            assert len(ctrl.queue) == 0 and ctrl.queue.waiting_len() == 1 and not mem.reports
+            assert mem.log_retries[WANT.uid].failures == 1
+            mem.log_retries[WANT.uid].next_at = time.monotonic()  # the backoff has run out
+            ctrl._read_logs("ns/pi", mem, plan)
+            assert mem.reports == {WANT.uid: LauncherReport(WANT.uid)} and not mem.log_retries
+            assert len(ctrl.queue) == 1  # planned again at once
+        finally:
+            ctrl.queue.shutdown()
