@@ -1,14 +1,15 @@
 """What the controller remembers of each MPIJob between reconciles, in one place (docs/architecture.md
 section 3.2).
 
-Nine things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
+Ten things outlive a reconcile: the last refused write (reconcilers/refusal.py), a child's name
 taken by a foreign object, the pace of its pods (reconcilers/pace.py), the status and the child
 patches its last pass wrote (so that their events can be told for echoes, reconcilers/news.py),
-the expectations of its writes (controller/expectations.py), what its launcher pods' logs said and
-the worker pods deleted since its last plan (reconcilers/failure/workerloss.py), and its pods last seen
-disrupted (reconcilers/failure/retries.py); plus two metric series named after it. A restart loses the
-last three harmlessly: a log is read again, and a delete or a disruption the caches no longer show
-is a gap docs/architecture.md sections 9.1 and 10 name. All of them belong to
+the expectations of its writes (controller/expectations.py), what its launcher pods' logs said, the
+log reads retried after a transient answer (controller/evidence.py), the worker pods deleted since
+its last plan (reconcilers/failure/workerloss.py), and its pods last seen disrupted
+(reconcilers/failure/retries.py); plus two metric series named after it. A restart loses the last
+four harmlessly: a log is read again (its retries counted afresh), and a delete or a disruption the
+caches no longer show is a gap docs/architecture.md sections 9.1 and 10 name. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
 again) must start blank, never inherit a refusal or a held write of its predecessor.
 
@@ -27,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 
 from controller import metrics
+from controller.evidence import Retry
 from controller.expectations import Expectations
 from informers.store import split_key
 from reconcilers import names
@@ -57,6 +59,8 @@ class JobMemory:
     patches_sent: dict[tuple[str, str, str], dict] = field(default_factory=dict)
     # launcher pod uid -> what its log said, once read (reconcilers/failure/evidence.py, controller/evidence.py)
     reports: dict[str, LauncherReport] = field(default_factory=dict)
+    # launcher pod uid -> its log read's transient failures so far, while it is retried (controller/evidence.py)
+    log_retries: dict[str, Retry] = field(default_factory=dict)
     # worker pods whose delete event came since the last applied plan (reconcilers/failure/workerloss.py)
     gone_workers: list[dict] = field(default_factory=list)
     # pod uid -> (monotonic time, the pod's last state) for its pods seen with a DisruptionTarget

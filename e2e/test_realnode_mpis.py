@@ -194,14 +194,16 @@ def _running_workers(kubectl, ns: str, name: str) -> set[str]:
 # fails only if that path is back. The figures are printed (-s), and docs/figures.md keeps them.
 DISCOVERY_BOUND = 20.0
 
-# What `horovodrun --host-discovery-script` does, in sh: each round runs mpirun over the hosts the
-# script lists now, and a round cut short by a lost worker is run again; it stops once told to
-# (/tmp/stop) after a round that finished, and exits 0.
+# What `horovodrun --host-discovery-script` does, in sh, given that option as horovodrun is (the
+# operator tells an elastic launcher by it: reconcilers/elastic.py): each round runs mpirun over the
+# hosts the script lists now, and a round cut short by a lost worker is run again; it stops once told
+# to (/tmp/stop) after a round that finished, and exits 0.
 ELASTIC_LAUNCHER = r"""
-ok=0 rounds=0
+[ "$1" = --host-discovery-script ] || { echo "usage: --host-discovery-script PATH" >&2; exit 2; }
+discover=$2 ok=0 rounds=0
 while :; do
-  hosts=$(/etc/mpi/discover_hosts.sh | sed 's/$/:1/' | paste -sd, -)
-  n=$(/etc/mpi/discover_hosts.sh | grep -c .)
+  hosts=$("$discover" | sed 's/$/:1/' | paste -sd, -)
+  n=$("$discover" | grep -c .)
   rounds=$((rounds + 1))
   if [ "$n" -gt 0 ] && out=$(mpirun -n "$n" --host "$hosts" /opt/pi 2>&1) && echo "$out" | grep -q 'pi is approx'; then
     ok=1; echo "round $rounds: $n host(s) $hosts: $(echo "$out" | grep 'pi is approx')"
@@ -263,7 +265,8 @@ def test_elastic_launcher_follows_the_workers_and_succeeds(kubectl, realnode, mp
     new worker and drops a lost one within seconds (the figures), its rounds run on the hosts listed,
     and the MPIJob ends Succeeded (its worker-loss policy is ExitCode: it recovers by itself)."""
     name = "elastic"
-    job = mpijob(name, image, mpi_image(image), args=["sh", "-c", ELASTIC_LAUNCHER + "# /etc/mpi/discover_hosts.sh"],
+    job = mpijob(name, image, mpi_image(image), args=["sh", "-c", ELASTIC_LAUNCHER, "elastic",
+                                                          "--host-discovery-script", "/etc/mpi/discover_hosts.sh"],
                  slots=1, worker_command=SSHD)
     apply(kubectl, namespace, job)
     launcher = wait_launcher_running(kubectl, namespace, name)["metadata"]["name"]

@@ -145,9 +145,17 @@ start kube-scheduler "$B/kube-scheduler" --config="$CLUSTER_DIR/scheduler.yaml" 
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --v=1 ${gates[@]+"${gates[@]}"}
 
 # --- kwok and its simulated nodes
+# kwok serves the kubelet's API on its port, which every kwok node advertises (node-port, stage
+# node-initialize): the API server relays `pods/log` there over HTTPS, as to a real kubelet (it
+# verifies no kubelet certificate: no --kubelet-certificate-authority). The simulated containers'
+# logs: hack/kwok/logs/README.md.
+kwok_serving_cert "$P"
+kwok_logs "$CLUSTER_DIR"
 start kwok "$B/kwok" --kubeconfig="$CLUSTER_DIR/kwok.kubeconfig" --config="$here/kwok/kwok.yaml" \
+  --config="$CLUSTER_DIR/kwok-logs.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-  --node-ip=127.0.0.1 --server-address="127.0.0.1:$KWOK_PORT"
+  --node-ip=127.0.0.1 --server-address="127.0.0.1:$KWOK_PORT" --node-port="$KWOK_PORT" \
+  --tls-cert-file="$P/kwok-serving.crt" --tls-private-key-file="$P/kwok-serving.key"
 for i in $(seq 0 $((KWOK_NODES - 1))); do
   kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: v1

@@ -24,6 +24,9 @@ class Draft:
     plan: Plan = field(default_factory=Plan)
     # Writes that only follow pods (discover_hosts.sh), held or carried by finish().
     minor: list[diff.Patch] = field(default_factory=list)
+    # The verdict waits on the launcher's log (reconcilers/outcome.py): the next pass, a read later,
+    # writes it, so minor writes wait for it whatever the settle window says (no write more per MPIJob).
+    awaiting_verdict: bool = False
 
     @classmethod
     def start(cls, mpijob: Obj, key: str, now: datetime, settle_s: float) -> Draft:
@@ -67,9 +70,10 @@ class Draft:
         changed = self.status != self.old_status
         minor_status = changed and pace.status_minor_only(self.old_status, self.status)
         major = p.writes > 0 or p.events or (changed and not minor_status)
-        if not major and (minor_status or self.minor) and self.settle_s > 0:
+        if not major and (minor_status or self.minor) and (self.settle_s > 0 or self.awaiting_verdict):
             p.held = True
-            self.requeue(self.settle_s)
+            if self.settle_s > 0:
+                self.requeue(self.settle_s)
             return p
         p.patches.extend(self.minor)
         if changed:

@@ -7,8 +7,8 @@ Horovod learned of a new or lost worker 60-90 s late. The kubelet also syncs a p
 object changes, and each sync remounts its ConfigMap volumes from the kubelet's ConfigMap cache,
 which watches the ConfigMap. So once the ConfigMap (as cached) carries new hosts, the operator
 stamps their digest on each running launcher pod (annotation REFRESH_ANNOTATION): one pod patch per
-change of hosts, none at steady state, and only for an elastic launcher (one whose command or
-arguments name discover_hosts.sh: `horovodrun --host-discovery-script /etc/mpi/discover_hosts.sh`).
+change of hosts, none at steady state, and only for an elastic launcher (`is_elastic`: one whose
+horovodrun is given `--host-discovery-script /etc/mpi/discover_hosts.sh`).
 For the same launchers the ConfigMap's discover_hosts.sh is not held by the settle window
 (reconcilers/pace.py): written as the plan sees the change.
 """
@@ -16,6 +16,7 @@ For the same launchers the ConfigMap's discover_hosts.sh is not held by the sett
 from __future__ import annotations
 
 import hashlib
+import shlex
 from typing import Any
 
 from reconcilers import desired
@@ -25,15 +26,51 @@ from reconcilers.types import Patch, Ref
 
 REFRESH_ANNOTATION = "mpijob-operator.dev/discover-hosts"
 DISCOVERY_SCRIPT = "discover_hosts.sh"
+DISCOVERY_FLAG = "--host-discovery-script"  # horovodrun's
 
 
 def is_elastic(mpijob: dict) -> bool:
-    """The launcher's command or arguments name discover_hosts.sh: an elastic launcher."""
+    """The launcher's horovodrun is given the discovery script: `--host-discovery-script` followed by
+    a path naming discover_hosts.sh, as a word of its command or arguments, as
+    `--host-discovery-script=<path>`, or inside a shell string (`sh -c "..."`). What it is, not a
+    word in its command: `cat /etc/mpi/discover_hosts.sh; mpirun ...` is not elastic."""
     spec = (mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}
     template = ((spec.get("Launcher") or {}).get("template") or {}).get("spec") or {}
     for c in template.get("containers") or []:
         words: list[Any] = [*((c or {}).get("command") or []), *((c or {}).get("args") or [])]
-        if any(isinstance(w, str) and DISCOVERY_SCRIPT in w for w in words):
+        if _names_discovery(_tokens([w for w in words if isinstance(w, str)])):
+            return True
+    return False
+
+
+def _tokens(words: list[str]) -> list[str]:
+    """The words, a shell string among them split as the shell would (shlex, line by line, a comment
+    dropped), or at blanks when its quoting is broken: the option and its path may sit in one
+    `sh -c` argument."""
+    out: list[str] = []
+    for w in words:
+        if not any(ch.isspace() for ch in w):
+            out.append(w)
+            continue
+        for line in w.splitlines():
+            try:
+                toks = shlex.split(line)
+            except ValueError:  # unbalanced quotes (or a quote spanning lines): words at blanks
+                toks = line.split()
+            at = next((i for i, t in enumerate(toks) if t.startswith("#")), len(toks))
+            out.extend(toks[:at])
+    return out
+
+
+def _names_discovery(tokens: list[str]) -> bool:
+    for i, tok in enumerate(tokens):
+        if tok == DISCOVERY_FLAG and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        elif tok.startswith(DISCOVERY_FLAG + "="):
+            value = tok[len(DISCOVERY_FLAG) + 1:]
+        else:
+            continue
+        if value.rstrip(";&|)").rsplit("/", 1)[-1] == DISCOVERY_SCRIPT:
             return True
     return False
 

@@ -85,6 +85,7 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.
         if judged.read is not None:
             draft.plan.read_logs.append(judged.read)
+        draft.awaiting_verdict = True
         draft.requeue(EVIDENCE_RECHECK_SECONDS)
         return
     if judged.cut_short:
@@ -93,12 +94,14 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
             "Open MPI 5's mpirun (PRRTE) exits 0 when it loses a worker's daemon and the launcher Job cannot "
             "retry a success (spec.mpiImplementation OpenMPI; runPolicy.backoffLimit does not apply). "
             "Resubmit the MPIJob, or run Open MPI 4, MPICH or Intel MPI, whose mpirun fails and is retried; "
-            f"a launcher that recovers from losses itself can set the annotation "
-            f"{evidence.WORKER_LOSS_ANNOTATION}: {evidence.EXIT_CODE}."), when)
+            "a launcher that recovers from losses itself (one that runs mpirun again after a loss, say) can set "
+            f"the annotation {evidence.WORKER_LOSS_ANNOTATION}: {evidence.EXIT_CODE}."), when)
     elif kind == status.SUCCEEDED:
         msg = f"MPIJob {ctx.key} successfully completed.{judged.note}"
         if draft.condition(status.SUCCEEDED, "True", status.R_SUCCEEDED, msg):
             draft.event("Normal", status.R_SUCCEEDED, msg)
+            if judged.warn:
+                draft.event("Warning", workerloss.R_LOG_UNREADABLE, f"MPIJob {ctx.key}: {judged.warn}")
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
         workerloss.drop(draft)  # the loss, if any, cut no rank short: the launcher's log says so

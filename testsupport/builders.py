@@ -77,15 +77,18 @@ def mpijob(name: str = "pi", *, namespace: str | None = None, uid: str | None = 
 
 def simulated_mpijob(name: str, *, workers: int = 2, launcher_runs: str | None = "3s", launcher_exit: int = 0,
                      policy: str = "WaitForWorkersReady", run_policy: dict | None = None, slots: int = 1,
-                     labels: dict | None = None) -> dict:
+                     labels: dict | None = None, launcher_log: str | None = None) -> dict:
     """An MPIJob for kwok pods: the launcher 'runs' `launcher_runs` then exits `launcher_exit`
-    (None: it runs until deleted); workers run until stopped."""
+    (None: it runs until deleted); workers run until stopped. `launcher_log`: what its log shows,
+    kwok's simulated logs by container name (hack/kwok/logs/README.md: "cut-short", "chatty-cut-short");
+    None: a run whose ranks finished."""
     # mpirun stopped by SIGTERM exits 1 (seen on the real node: the image's mpirun in a deleted pod);
     # a worker with no annotation plays sshd, which exits 0 when its pod is deleted.
     launcher_ann = {EXIT_ON_DELETE: "1"}
     if launcher_runs is not None:
         launcher_ann = {RUN_FOR: launcher_runs, EXIT_CODE: str(launcher_exit)}
-    return mpijob(name, workers=workers, slots=slots, labels=labels, policy=policy,
+    launcher = launcher_container(name=f"sim-{launcher_log}") if launcher_log else None
+    return mpijob(name, workers=workers, slots=slots, labels=labels, policy=policy, launcher=launcher,
                   launcher_annotations=launcher_ann,
                   run_policy={"cleanPodPolicy": "Running", **(run_policy or {})})
 

@@ -97,9 +97,14 @@ class FakeApi:
         return answer
 
     def get_text(self, path: str, timeout: float = 30, query: dict | None = None) -> str:
-        """As RestClient.get_text (a pod's log): the answer as text."""
+        """As RestClient.get_text (/metrics): the answer as text."""
         answer = self.request("GET", path, query=query, timeout=timeout)
         return answer if isinstance(answer, str) else ""
+
+    def get_tail(self, path: str, keep: int, timeout: float = 15, query: dict | None = None) -> bytes:
+        """As RestClient.get_tail (a pod's log): the answer's last `keep` bytes."""
+        answer = self.request("GET", path, query=query, timeout=timeout)
+        return (answer if isinstance(answer, str) else "").encode()[-keep:]
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> Any:
         self.fence.check("GET", path, {**(query or {}), "watch": True})

@@ -87,6 +87,35 @@ make_pki() {
   )
 }
 
+kwok_logs() {  # kwok_logs <dir>: the simulated containers' logs and their ClusterLogs (hack/kwok/logs/README.md)
+  local d=$1 src i
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../kwok/logs" && pwd)
+  mkdir -p "$d/kwok-logs"
+  cp "$src/finished.log" "$src/cut-short.log" "$d/kwok-logs/"
+  for i in $(seq 0 599); do
+    printf '2026-01-01T00:00:05.000000000Z stdout F step %d: %0700d\n' "$i" 0
+  done >"$d/kwok-logs/chatty-cut-short.log"
+  cat "$src/cut-short.log" >>"$d/kwok-logs/chatty-cut-short.log"
+  cat >"$d/kwok-logs.yaml" <<KL
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: simulated-launchers
+spec:
+  logs:
+  - containers: [sim-cut-short]
+    logsFile: $d/kwok-logs/cut-short.log
+  - containers: [sim-chatty-cut-short]
+    logsFile: $d/kwok-logs/chatty-cut-short.log
+  - logsFile: $d/kwok-logs/finished.log
+KL
+}
+
+kwok_serving_cert() {  # kwok_serving_cert <pki dir>: kwok's kubelet API over HTTPS, as the API server asks
+  [ -s "$1/kwok-serving.crt" ] && return 0
+  (cd "$1" && cert kwok-serving "/CN=kwok-kubelet" "subjectAltName=IP:127.0.0.1,DNS:localhost" serverAuth)
+}
+
 cert() {  # cert <name> <subject> [subjectAltName=...] [serverAuth]: signed by ./ca
   local name=$1 subj=$2 san=${3:-} usage=${4:-clientAuth} ext
   ext=$(mktemp)

@@ -10,12 +10,12 @@ meanwhile). The launcher's own output says it: Open MPI's runtime prints one of 
 whenever it loses a daemon or a rank, and prints none when every rank finished.
 
 A worker-loss policy per MPIJob (annotation WORKER_LOSS_ANNOTATION) says how a loss is judged:
-- `Evidence` (the default): an exit 0 after a loss seen during that launcher pod's run is Succeeded
-  unless the launcher's log shows a lost daemon or rank; a log that cannot be read counts as cut
-  short (never a silent success).
+- `Evidence` (the default): an exit 0 is Succeeded unless the launcher's log shows a lost daemon or
+  rank, whether or not a loss was seen; a log that cannot be read counts as cut short after a loss
+  seen (never a silent success), and is a success said so without one.
 - `ExitCode`: the launcher's exit code alone, for launchers that handle losses themselves (elastic
-  Horovod re-reads discover_hosts.sh and carries on). The default for a launcher whose command or
-  arguments name discover_hosts.sh.
+  Horovod re-reads discover_hosts.sh and carries on). The default for an elastic launcher
+  (reconcilers/elastic.py is_elastic: horovodrun given `--host-discovery-script` discover_hosts.sh).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def scan(uid: str, text: str) -> LauncherReport:
 
 
 def policy(mpijob: dict) -> str:
-    """The MPIJob's worker-loss policy: its annotation (validated: validation.py), else ExitCode for a
-    launcher that runs the discovery script (an elastic launcher), else Evidence."""
+    """The MPIJob's worker-loss policy: its annotation (validated: validation.py), else ExitCode for an
+    elastic launcher (reconcilers/elastic.py is_elastic), else Evidence."""
     meta = mpijob.get("metadata") or {}
     value = (meta.get("annotations") or {}).get(WORKER_LOSS_ANNOTATION)
     if value in POLICIES:

@@ -16,14 +16,20 @@ a loss is a reason to ask for evidence, never a verdict by itself:
    the loss: the attempt. A worker whose delete was asked for before that launcher pod was created
    (or in the same second: both are stored in whole seconds) is no loss of it (a suspend's or an
    earlier attempt's): both times are the API server's (`deletionTimestamp` minus the grace period,
-   and `creationTimestamp`), one clock.
+   and `creationTimestamp`), one clock. Nor is a worker pod that ended without a delete (the Job
+   backend keeps failed pods) once a newer pod of its hostname was created at or before that
+   launcher pod: its replacement was there, so it had ended.
 3. **The record.** The first loss of an attempt is written to the condition `WorkerLost` (True,
    naming the launcher pod): it must outlive `Running`, the informers' caches and an operator
    restart until the verdict. A record whose launcher pod is gone or Failed is dropped (that attempt
    is over; the Job's retry starts afresh).
-4. **The verdict on an exit 0** (`judge`): without a record, Succeeded. With one, the launcher's own
-   report decides (reconcilers/failure/evidence.py): its log's end shows a lost daemon or rank -> cut short;
-   shows none -> Succeeded; cannot be read -> cut short, on the side of a resubmit.
+4. **The verdict on an exit 0** (`judge`): the launcher's own report decides, on every exit 0
+   (reconcilers/failure/evidence.py): a loss the operator saw is not the only way to lose a rank (a
+   worker's node lost, its pod Running until the 300 s toleration; a worker container restarted in
+   place; a delete a standby never saw). Its log's end shows a lost daemon or rank -> cut short,
+   loss seen or not; shows none -> Succeeded; cannot be read -> cut short after a loss seen, on the
+   side of a resubmit, else Succeeded, said so with a Warning Event (a healthy run is not failed
+   because its log was rotated away).
 
 Only `mpiImplementation: OpenMPI` with the worker-loss policy `Evidence` needs any of this: the other
 MPIs' mpirun fails on a lost host and the Job retries it, and the policy `ExitCode` trusts the exit.
@@ -132,8 +138,25 @@ def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
             # Asked before this attempt began (a suspend, an earlier attempt), or in the second of its
             # creation (both stored in whole seconds), when its mpirun cannot have started yet.
             continue
+        if asked is None and created is not None and _replaced_by(ctx, pod, created):
+            continue  # ended before this attempt began: its replacement was already there
         out.add(desired.pod_hostname(pod))
     return sorted(out)
+
+
+def _replaced_by(ctx: JobContext, ended: Obj, created: datetime) -> bool:
+    """A newer pod of `ended`'s hostname was created at or before `created` (a launcher pod's
+    creation): `ended` ended before that, since a worker is replaced only once it has ended (the Job
+    backend keeps failed pods as long as its worker Job). Both times are the API server's, one clock,
+    whole seconds; without a node clock, this is the only order of the two known (rule 2 above)."""
+    host, uid = desired.pod_hostname(ended), _meta(ended).get("uid")
+    born = status.parse_time(_meta(ended).get("creationTimestamp"))
+    for other in ctx.pods.workers:
+        when = status.parse_time(_meta(other).get("creationTimestamp"))
+        if (_meta(other).get("uid") != uid and desired.pod_hostname(other) == host and when is not None
+                and when <= created and (born is None or when >= born)):
+            return True
+    return False
 
 
 def recorded_attempt(st: Obj) -> str | None:
@@ -189,43 +212,68 @@ def drop(draft: Draft) -> None:
     status.remove_condition(draft.status, WORKER_LOST)
 
 
+# The Warning Event of a success whose launcher log could not be read (rule 4 above).
+R_LOG_UNREADABLE = "LauncherLogUnreadable"
+
+
 @dataclass(frozen=True)
 class Judgement:
     """The verdict on a launcher pod's exit 0: `wait` for its log (`read`), or `cut_short` (what shows
-    it) or neither (Succeeded; `note` says what was weighed, for the message)."""
+    it) or neither (Succeeded; `note` says what was weighed, for the message, and `warn` is a Warning
+    Event's message when the success rests on the exit code alone)."""
 
     wait: bool = False
     read: LogRead | None = None
     cut_short: str | None = None
     note: str = ""
+    warn: str = ""
+
+
+def _newest(pods: list[Obj]) -> Obj | None:
+    return max(pods, key=lambda p: _meta(p).get("creationTimestamp") or "") if pods else None
 
 
 def judge(ctx: JobContext, draft: Draft) -> Judgement:
-    """The verdict on the launcher Job's success (rule 4 above)."""
+    """The verdict on the launcher Job's success (rule 4 above): every exit 0 waits for its launcher
+    pod's report, whether or not a loss was seen (a worker's node lost, a container restarted in
+    place, a delete a standby never saw: none shows in the pods the operator saw)."""
     if not applies(ctx):
         return Judgement()
-    done = [p for p in ctx.pods.launchers if _phase(p) == "Succeeded"]
-    pod = max(done, key=lambda p: _meta(p).get("creationTimestamp") or "") if done else None
+    pod = _newest([p for p in ctx.pods.launchers if _phase(p) == "Succeeded"])
     name = recorded_attempt(draft.status)
-    lost = lost_workers(ctx, pod) if pod is not None else []
-    if pod is None and name is not None:
-        if _pod_named(ctx, name) is not None:
+    if pod is None:
+        if any(_phase(p) not in ("Succeeded", "Failed") for p in ctx.pods.launchers):
             return Judgement(wait=True)  # the Job counted its success before the pod cache shows it
-        return Judgement(cut_short=f"a worker was lost while launcher pod {name} ran, and that pod is gone "
-                                   "(its log cannot be read)")
-    if pod is None or (name != _meta(pod).get("name") and not lost):
-        return Judgement()
-    what = _what_was_lost(draft.status, lost)
+        if name is not None:
+            return Judgement(cut_short=f"a worker was lost while launcher pod {name} ran, and that pod is gone "
+                                       "(its log cannot be read)")
+        return _unread_success("its pod is gone")
+    lost = lost_workers(ctx, pod)
+    seen = bool(lost) or name == _meta(pod).get("name")
     uid = _meta(pod).get("uid") or ""
     report: LauncherReport | None = ctx.inputs.reports.get(uid)
     if report is None:
         return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid, _container(ctx)))
-    if report.unreadable is not None:
-        return Judgement(cut_short=f"{what} while it ran, and its log could not be read ({report.unreadable})")
+    what = _what_was_lost(draft.status, lost) if seen else "no worker pod was seen to end"
     if report.cut_short is not None:
         return Judgement(cut_short=f"{what} while it ran, and its log shows it cut ranks short: "
                                    f"\"{report.cut_short}\"")
-    return Judgement(note=f" ({what} while the launcher ran; its log shows no lost daemon or rank)")
+    if report.unreadable is not None:
+        if seen:
+            return Judgement(cut_short=f"{what} while it ran, and its log could not be read ({report.unreadable})")
+        return _unread_success(report.unreadable)
+    if seen:
+        return Judgement(note=f" ({what} while the launcher ran; its log shows no lost daemon or rank)")
+    return Judgement()
+
+
+def _unread_success(why: str) -> Judgement:
+    """An exit 0 with no loss seen whose log cannot be read: a success on its exit code, said so (a
+    healthy run is not failed because its log was rotated away or its node is gone)."""
+    note = (f" (no worker loss was seen, but the launcher's log could not be read ({why}): the verdict rests on "
+            "its exit code alone)")
+    return Judgement(note=note, warn="the launcher exited 0 and no worker loss was seen, but its log could not be "
+                                     f"read ({why}), so whether every rank finished is not known")
 
 
 def _what_was_lost(st: Obj, lost: list[str]) -> str:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reconcilers import names as n
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.plan import plan
 from reconcilers.types import Config, Inputs, Observed, Plan, SSHKey
 from testsupport import builders
@@ -151,6 +152,17 @@ def pod(job: dict, role: str, index: int = 0, phase: str = "Running", backend: s
                                               "kind": kind, "name": owner, "controller": True}]},
             "spec": {"hostname": hostname, "subdomain": n.service_name(job)},
             "status": {"phase": phase, **status}}
+
+
+def exited_0(observed: Observed) -> tuple[Observed, dict]:
+    """The launcher pods that run have exited 0, and their logs were read and show no lost daemon: the
+    observed state and the reports as the controller hands them to the plan. Every Open MPI exit 0
+    waits for its launcher's log (reconcilers/failure/workerloss.py judge, docs/architecture.md 9.1)."""
+    pods = [with_status(p, phase="Succeeded") if p["metadata"]["labels"].get(n.JOB_ROLE_LABEL) == "launcher"
+            and p["status"].get("phase") == "Running" else p for p in observed.pods]
+    reports = {p["metadata"]["uid"]: LauncherReport(p["metadata"]["uid"]) for p in pods
+               if p["metadata"]["labels"].get(n.JOB_ROLE_LABEL) == "launcher"}
+    return replace(observed, pods=pods), reports
 
 
 def with_status(obj: dict | None, **status: Any) -> dict:

@@ -15,7 +15,7 @@ from reconcilers import status as st
 from reconcilers.defaults import with_defaults
 from reconcilers.failure import workerloss as wl
 from reconcilers.types import Config
-from tests.unit.sim import BACKENDS, NOW, at, converge, job_finished, mpijob, pod, run, running_state
+from tests.unit.sim import BACKENDS, NOW, at, converge, exited_0, job_finished, mpijob, pod, run, running_state
 
 INT64 = 2**63 - 1
 INT32 = 2**31 - 1
@@ -83,8 +83,8 @@ FINISHED = [
 @pytest.mark.parametrize(("case", "ttl", "done", "deleted"), FINISHED, ids=[c[0] for c in FINISHED])
 def test_deadline_overflow_ttl_of_a_finished_mpijob(backend, case, ttl, done, deleted):
     job, obs = running_state(mpijob(run_policy={"ttlSecondsAfterFinished": ttl}), backend)
-    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when=done))
-    p = run(job, obs, backend=backend)
+    obs, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete", when=done)))
+    p = run(job, obs, backend=backend, reports=logs)
     job["status"] = p.status
     assert cond(job["status"], st.SUCCEEDED)["status"] == "True"
     assert job["status"]["completionTime"] == done

@@ -21,6 +21,7 @@ from tests.unit.sim import (
     BACKENDS,
     apply_plan,
     converge,
+    exited_0,
     job_finished,
     mpijob,
     run,
@@ -270,8 +271,8 @@ def test_isolation_a_predecessors_policy_is_waited_for_then_ours_made(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_isolation_policy_stays_when_the_mpijob_finishes(backend):
     job, obs = running_state(mpijob(), backend)
-    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1))
-    job, obs, _ = converge(job, obs, backend)
+    obs, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1)))
+    job, obs, _ = converge(job, obs, backend, reports=logs)
     assert st.is_true(job["status"], st.SUCCEEDED) and obs.network_policy is not None
     missing = run(job, replace(obs, network_policy=None), backend)
     assert not missing.creates, "a finished MPIJob makes nothing new"

@@ -283,12 +283,11 @@ def _plans(backend: str, gang: str) -> list[tuple[dict, object]]:
         "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "t.py"]
     record(ejob, obs)
     # finished under cleanPodPolicy All: pods removed; the TTL runs out
-    done = replace(obs, launcher=sim.job_finished(obs.launcher, "Complete"),
-                   pods=[sim.pod(job, "launcher", phase="Succeeded")] + [p for p in obs.pods if "worker" in
-                                                                         p["metadata"]["name"]])
-    p = record(job, done, now=sim.at(400))
+    done, logs = sim.exited_0(replace(obs, launcher=sim.job_finished(obs.launcher, "Complete")))
+    record(job, done, now=sim.at(400))  # the verdict waits for the launcher's log (a read: pods/log get)
+    p = record(job, done, now=sim.at(400), reports=logs)
     job["status"] = p.status
-    record(job, done, now=sim.at(1000))
+    record(job, done, now=sim.at(1000), reports=logs)
     return out
 
 

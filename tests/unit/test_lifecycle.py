@@ -18,6 +18,7 @@ from tests.unit.sim import (
     apply_plan,
     at,
     converge,
+    exited_0,
     job_finished,
     mpijob,
     pod,
@@ -246,9 +247,8 @@ def test_a_ready_count_that_falls_is_no_restart(backend):
 @pytest.mark.parametrize("policy", ["Running", "All", "None"])
 def test_succeeded_stops_workers_per_clean_pod_policy(backend, policy):
     job, obs = running_state(mpijob(run_policy={"cleanPodPolicy": policy}), backend)
-    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0),
-                  pods=[pod(job, "launcher", phase="Succeeded"), *obs.pods[1:]])
-    p = run(job, obs, backend=backend, now=at(400))
+    obs, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0)))
+    p = run(job, obs, backend=backend, now=at(400), reports=logs)
     c = cond(p.status, st.SUCCEEDED)
     assert c["status"] == "True" and c["reason"] == "MPIJobSucceeded"
     assert p.status["completionTime"] == "2025-01-01T12:05:00Z"
@@ -260,7 +260,7 @@ def test_succeeded_stops_workers_per_clean_pod_policy(backend, policy):
     assert bool(launcher_pods) == (policy != "All")  # upstream #643: All covers the launcher's pod too
     if policy == "None":
         assert not p.patches and not p.deletes
-    assert run(job2, obs2, backend=backend, now=at(500)).writes == 0
+    assert run(job2, obs2, backend=backend, now=at(500), reports=logs).writes == 0
 
 
 @pytest.mark.parametrize("reason", ["BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy"])
@@ -289,8 +289,8 @@ def test_failed_before_ever_running_records_running_false(backend):
 
 def test_finished_creates_nothing_even_if_children_vanish(backend):
     job, obs = running_state(mpijob(), backend)
-    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete"))
-    job, obs, _ = converge(job, obs, backend, now=at(400))
+    obs, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete")))
+    job, obs, _ = converge(job, obs, backend, now=at(400), reports=logs)
     assert run(job, replace(obs, launcher=None, config_map=None, workers=None), backend=backend).writes == 0
 
 
@@ -368,8 +368,8 @@ def test_active_deadline_is_on_the_launcher_job_and_checked_by_the_plan(backend)
 
 def test_ttl_deletes_the_finished_mpijob_when_due(backend):
     job, obs = running_state(mpijob(run_policy={"ttlSecondsAfterFinished": 60}), backend)
-    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", when="2025-01-01T12:05:00Z"))
-    job, obs, plans = converge(job, obs, backend, now=at(310))
+    obs, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete", when="2025-01-01T12:05:00Z")))
+    job, obs, plans = converge(job, obs, backend, now=at(310), reports=logs)
     assert plans[-1].requeue_after == 50 and not plans[-1].delete_mpijob
     p = run(job, obs, backend=backend, now=at(360))
     assert p.delete_mpijob and p.writes == 1
@@ -589,7 +589,8 @@ def test_clash_running_still_ends_when_the_run_does(backend, end):
     else:
         ctype, reason = ("Complete", "") if end == "launcher succeeded" else ("Failed", "BackoffLimitExceeded")
         obs = replace(obs, launcher=job_finished(obs.launcher, ctype, reason))
-    p = run(job, obs, backend=backend, now=now)
+    obs, logs = exited_0(obs) if end == "launcher succeeded" else (obs, {})
+    p = run(job, obs, backend=backend, now=now, reports=logs)
     want = {"launcher succeeded": (st.SUCCEEDED, "MPIJobSucceeded"),
             "launcher failed": (st.FAILED, "BackoffLimitExceeded"), "deadline": (st.FAILED, "DeadlineExceeded")}[end]
     assert cond(p.status, want[0])["reason"] == want[1] and p.status.get("completionTime")

@@ -16,6 +16,7 @@ from reconcilers import status as st
 from reconcilers.defaults import with_defaults
 from reconcilers.failure import restartpolicy as rp
 from reconcilers.failure import retries
+from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, pod, run, running_state
 from tests.unit.test_retries import (
@@ -243,7 +244,9 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
         "name": "launcher", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]), 90)
     obs = replace(obs, pods=[done, *workers(job, backend)],
                   launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0))
-    p = run(job, obs, backend)
+    p = run(job, obs, backend)  # Open MPI's exit 0 waits for its log (docs/architecture.md 9.1)
+    assert [r.pod for r in p.read_logs] == ["pi-launcher-abc1"] and cond(p.status or {}, st.SUCCEEDED) is None
+    p = run(job, obs, backend, reports={done["metadata"]["uid"]: LauncherReport(done["metadata"]["uid"])})
     assert cond(p.status, st.SUCCEEDED) is not None, p.status
 
 

@@ -123,6 +123,20 @@ def verdict(p: Plan) -> str:
     return f"Failed/{failed['reason']}" if failed else "none"
 
 
+def assert_clean_success(p: Plan) -> None:
+    """Succeeded on a clean log, with no loss noted: the plain success message."""
+    assert verdict(p) == "Succeeded", p.status
+    assert cond(p.status, st.SUCCEEDED)["message"].endswith("successfully completed."), p.status
+    assert cond(p.status, wl.WORKER_LOST) is None and not [e for e in p.events if e.type == "Warning"]
+
+
+def assert_unread_success(p: Plan) -> None:
+    """Succeeded with no loss seen and a log that cannot be read: said so, with a Warning Event."""
+    assert verdict(p) == "Succeeded", p.status
+    assert "the launcher's log could not be read" in cond(p.status, st.SUCCEEDED)["message"], p.status
+    assert [e.reason for e in p.events if e.type == "Warning"] == [wl.R_LOG_UNREADABLE], p.events
+
+
 def judged(job: dict, obs: Observed, backend: str, done: dict, now: float, log: str, failed: int = 0) -> Plan:
     """The exit 0 asks for `done`'s log and nothing else; planned again with the report, the verdict."""
     first = exits(job, obs, backend, done, now, failed)
@@ -205,9 +219,9 @@ def test_the_verdict_waits_for_the_pod_cache_when_the_job_counts_first(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seen_running", [True, False])
-def test_a_retried_launcher_that_succeeds_ends_succeeded_without_a_read(backend, seen_running):
+def test_a_retried_launcher_that_succeeds_on_a_clean_log_ends_succeeded_with_no_loss_noted(backend, seen_running):
     """Attempt 0 lost worker 0 and failed (mpirun non-zero); the Job's retry succeeds. Its record is
-    over: the retry's exit 0 is a success, no log to read."""
+    over: the retry's exit 0 on a clean log is a plain success."""
     job, obs = running_state(open_mpi(), backend)
     a = launcher(job, 0)
     job, obs, _ = lose_worker_0(backend, job, obs, a)
@@ -221,8 +235,8 @@ def test_a_retried_launcher_that_succeeds_ends_succeeded_without_a_read(backend,
                       pods=[a_failed, retry, *[p for p in obs.pods if p is not a_failed]])
         job, obs, _ = step(job, obs, backend, 34)
         assert st.is_true(job["status"], st.RUNNING) and cond(job, wl.WORKER_LOST) is None
-    p = exits(job, obs, backend, launcher(job, 1, created=33, end=50), now=51, failed=1)
-    assert verdict(p) == "Succeeded" and not p.read_logs, p.status
+    p = judged(job, obs, backend, launcher(job, 1, created=33, end=50), now=51, failed=1, log=CLEAN)
+    assert_clean_success(p)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -258,8 +272,8 @@ def test_a_worker_object_created_after_the_launcher_started_is_no_loss(backend):
                                 pods=[launcher(job, 0), *pods]), 2)
     job, obs, _ = converge(job, obs, backend, now=at(22))
     assert st.is_true(job["status"], st.RUNNING) and cond(job, wl.WORKER_LOST) is None
-    p = exits(job, obs, backend, launcher(job, 0, end=60), now=61)
-    assert verdict(p) == "Succeeded" and not p.read_logs, p.status
+    p = judged(job, obs, backend, launcher(job, 0, end=60), now=61, log=CLEAN)
+    assert_clean_success(p)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -269,7 +283,7 @@ def test_a_scale_up_while_running_is_no_loss(backend):
     job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
     job, obs, _ = converge(job, obs, backend, now=at(30))
     assert cond(job, wl.WORKER_LOST) is None, job["status"]
-    assert verdict(exits(job, obs, backend, launcher(job, 0, end=60), now=61)) == "Succeeded"
+    assert_clean_success(judged(job, obs, backend, launcher(job, 0, end=60), now=61, log=CLEAN))
 
 
 def test_a_scale_down_removes_a_worker_without_a_loss():
@@ -278,7 +292,7 @@ def test_a_scale_down_removes_a_worker_without_a_loss():
     obs = workers_ready(replace(obs, pods=[launcher(job, 0), obs.pods[1], lost_worker(job, "statefulset", 1, 30)]), 1)
     job, obs, _ = converge(job, obs, "statefulset", now=at(31))
     assert cond(job, wl.WORKER_LOST) is None and cond(job, st.RESTARTING) is None, job["status"]
-    assert verdict(exits(job, obs, "statefulset", launcher(job, 0, end=60), now=61)) == "Succeeded"
+    assert_clean_success(judged(job, obs, "statefulset", launcher(job, 0, end=60), now=61, log=CLEAN))
 
 
 def test_other_mpis_record_nothing():
@@ -319,7 +333,7 @@ def test_the_worker_loss_annotation_is_validated(value, ok):
 def test_heartbeat_pods_not_ready_while_their_node_misses_heartbeats_are_no_loss(backend):
     """The node's heartbeats stop for 45 s and more: the node controller turns every pod's Ready False
     (they run on); then the kubelet is back and they are Ready again. Nothing is recorded, Restarting
-    never shows, and the exit 0 after it is a success without a read."""
+    never shows, and the exit 0 after it is a plain success on its clean log."""
     job, obs = running_state(open_mpi(), backend)
     a = launcher(job, 0)
     not_ready = [{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]
@@ -332,8 +346,8 @@ def test_heartbeat_pods_not_ready_while_their_node_misses_heartbeats_are_no_loss
     assert all(q.status is None or cond(q.status, st.RESTARTING) is None for q in writes)
     obs = workers_ready(replace(obs, pods=[a, *[pod(job, "worker", i, backend=backend) for i in range(2)]]), 2)
     job, obs, _ = converge(job, obs, backend, now=at(110))
-    p = exits(job, obs, backend, launcher(job, 0, end=120), now=121)
-    assert verdict(p) == "Succeeded" and not p.read_logs, p.status
+    p = judged(job, obs, backend, launcher(job, 0, end=120), now=121, log=CLEAN)
+    assert_clean_success(p)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -345,8 +359,8 @@ def test_readiness_flap_is_no_loss(backend):
     for i, ready in enumerate([1, 2, 0, 2, 1, 2]):
         job, obs, _ = step(job, workers_ready(obs, ready), backend, 30 + 5 * i)
         assert cond(job, wl.WORKER_LOST) is None and cond(job, st.RESTARTING) is None, job["status"]
-    p = exits(job, obs, backend, launcher(job, 0, end=90), now=91)
-    assert verdict(p) == "Succeeded" and not p.read_logs
+    p = judged(job, obs, backend, launcher(job, 0, end=90), now=91, log=CLEAN)
+    assert_clean_success(p)
 
 
 # -- clock_skew: nothing compares times of two clocks -----------------------------------------------------------
@@ -358,8 +372,8 @@ def test_readiness_flap_is_no_loss(backend):
 def test_clock_skew_never_changes_the_verdict(backend, operator_skew, kubelet_skew, lose):
     """The operator's clock (every `now`) and the kubelet's (the pods' startTime and finishedAt) are
     shifted by up to 2 minutes against the API server's (creation and deletion times): a healthy run
-    with a worker pod created after Running is a success without a read, and a run that lost a worker
-    asks for the log, whatever the skew. (Before: a worker pod created 2 s or more after Running's
+    with a worker pod created after Running is a success with no loss noted, and a run that lost a
+    worker notes it, whatever the skew. (Before: a worker pod created 2 s or more after Running's
     time, the operator's clock, counted as a replacement: with the API server 5 s ahead, Failed.)"""
     def now(s: float) -> float:
         return s + operator_skew
@@ -378,11 +392,11 @@ def test_clock_skew_never_changes_the_verdict(backend, operator_skew, kubelet_sk
                            backend, now(21))
     done = launcher(job, 0, created=1, end=40 + kubelet_skew)
     done["status"]["startTime"] = t(2 + kubelet_skew)
-    p = exits(job, obs, backend, done, now=now(41))
+    p = judged(job, obs, backend, done, now=now(41), log=CLEAN)
     if lose:
-        assert verdict(p) == "none" and [r.pod for r in p.read_logs] == ["pi-launcher-abc0"]
+        assert verdict(p) == "Succeeded" and "pi-worker-0 was lost" in cond(p.status, st.SUCCEEDED)["message"]
     else:
-        assert verdict(p) == "Succeeded" and not p.read_logs, p.status
+        assert_clean_success(p)
 
 
 # -- suspend: workers a suspend stopped are no loss of the resumed run -------------------------------------------
@@ -393,7 +407,7 @@ def test_clock_skew_never_changes_the_verdict(backend, operator_skew, kubelet_sk
 def test_workers_a_suspend_stopped_are_no_loss_of_the_run_the_resume_starts(backend, ended):
     """Suspended at 10 (the workers' deletes asked for then), resumed at 11.3; the new launcher pod is
     created at 11 (the API server's second) while the old workers still stop, until `ended`. No
-    Restarting, no record; the exit 0 is a success without a read."""
+    Restarting, no record; the exit 0 is a plain success on its clean log."""
     job, obs = running_state(open_mpi(), backend)
     job["spec"]["runPolicy"]["suspend"] = True
     job, obs, _ = converge(job, obs, backend, now=at(10))
@@ -419,40 +433,47 @@ def test_workers_a_suspend_stopped_are_no_loss_of_the_run_the_resume_starts(back
     every = [resume, seen, *more, *last]
     assert not [e for q in every for e in q.events if e.reason == st.R_RESTARTING]
     assert all(cond(q.status, wl.WORKER_LOST) is None for q in every if q.status is not None)
-    p = exits(job, obs, backend, launcher(job, 1, created=11, end=40), now=41)
-    assert verdict(p) == "Succeeded" and not p.read_logs, p.status
+    p = judged(job, obs, backend, launcher(job, 1, created=11, end=40), now=41, log=CLEAN)
+    assert_clean_success(p)
 
 
 # -- the happy path writes nothing more ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_run_without_a_loss_never_writes_the_record_nor_reads_a_log(backend):
+def test_a_run_without_a_loss_never_writes_the_record_and_reads_one_log(backend):
+    """No loss: three status writes (Created, Running, Succeeded), as before; the exit 0 asks for its
+    launcher pod's log once (one GET per finished launcher attempt), and the wait writes nothing."""
     job, obs, plans = converge(open_mpi(), backend=backend)
     obs = workers_ready(replace(obs, launcher=with_status(obs.launcher, active=1, ready=1),
                                 pods=[launcher(job, 0, created=5)] + [pod(job, "worker", i, backend=backend)
                                                                       for i in range(2)]), 2)
     job, obs, more = converge(job, obs, backend, now=at(6))
-    p = exits(job, obs, backend, launcher(job, 0, created=5, end=60), now=61)
-    statuses = [q.status for q in [*plans, *more, p] if q.status is not None]
+    done = launcher(job, 0, created=5, end=60)
+    waiting = exits(job, obs, backend, done, now=61)
+    p = exits(job, obs, backend, done, now=61.2, reports=report(CLEAN, done["metadata"]["uid"]))
+    statuses = [q.status for q in [*plans, *more, waiting, p] if q.status is not None]
     assert all(cond(s, wl.WORKER_LOST) is None for s in statuses)
     assert len(statuses) == 3, "Created, Running, Succeeded"
-    assert verdict(p) == "Succeeded" and not any(q.read_logs for q in [*plans, *more, p])
+    assert waiting.writes == 0 and [r.uid for r in waiting.read_logs] == [done["metadata"]["uid"]]
+    assert not any(q.read_logs for q in [*plans, *more, p])
+    assert_clean_success(p)
 
 
-# -- property: a read exactly when the exit-0 attempt lost a worker ------------------------------------------------
+# -- property: every exit 0 is read; a loss counts only in its own attempt -----------------------------------------
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(backend=hs.sampled_from(BACKENDS), lost=hs.integers(1, 70), a_end=hs.integers(5, 30),
        backoff=hs.integers(10, 20), run_s=hs.integers(2, 30), a_exit=hs.sampled_from([0, 1]),
        log=hs.sampled_from([CLEAN, CUT, UNREADABLE]))
-def test_an_exit_0_is_questioned_exactly_when_its_own_attempt_lost_a_worker(backend, lost, a_end, backoff, run_s,
+def test_an_exit_0_is_judged_by_its_log_and_by_a_loss_only_of_its_own_attempt(backend, lost, a_end, backoff, run_s,
                                                                              a_exit, log):
     """Attempt 0 runs [0, a_end] and exits `a_exit`; if it failed, attempt 1 is created at a_end +
     backoff, runs run_s seconds and exits 0. Worker 0's delete is asked for at `lost` (seen 0.6 s
-    later) unless that is after the end. The log is read iff the loss fell in the run of the attempt
-    that exited 0; then the log decides, else Succeeded."""
+    later) unless that is after the end. The log is read on every exit 0 (section 9.1) and a lost
+    daemon in it fails the run; a loss matters only when it fell in the run of the attempt that
+    exited 0: then an unreadable log fails it too, else that exit 0 is a success, said so."""
     job, obs = running_state(open_mpi(), backend)
     a = launcher(job, 0)
     if a_exit == 0:
@@ -476,12 +497,10 @@ def test_an_exit_0_is_questioned_exactly_when_its_own_attempt_lost_a_worker(back
         job, obs = worker_back(backend, job, obs, cur, now=lost + 3)
     start = 0 if a_exit == 0 else end - run_s
     own = start < lost < end
-    first = exits(job, obs, backend, done, now=end + 1, failed=failed)
-    if not own:
-        assert verdict(first) == "Succeeded" and not first.read_logs, first.status
+    p = judged(job, obs, backend, done, now=end + 1, failed=failed, log=log)
+    if not own and log != CUT:
+        assert_clean_success(p) if log == CLEAN else assert_unread_success(p)
         return
-    assert verdict(first) == "none" and [r.uid for r in first.read_logs] == [done["metadata"]["uid"]]
-    p = exits(job, obs, backend, done, now=end + 2, failed=failed, reports=report(log, done["metadata"]["uid"]))
     assert verdict(p) == ("Succeeded" if log == CLEAN else "Failed/WorkerLostDuringRun"), p.status
 
 
