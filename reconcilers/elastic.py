@@ -16,12 +16,14 @@ For the same launchers the ConfigMap's discover_hosts.sh is not held by the sett
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconcilers import desired
-from reconcilers.context import JobContext
+from reconcilers import desired, names
 from reconcilers.draft import Draft
 from reconcilers.types import Patch, Ref
+
+if TYPE_CHECKING:  # context.py imports this module (the backend of an elastic MPIJob)
+    from reconcilers.context import JobContext
 
 REFRESH_ANNOTATION = "mpijob-operator.dev/discover-hosts"
 DISCOVERY_SCRIPT = "discover_hosts.sh"
@@ -36,6 +38,22 @@ def is_elastic(mpijob: dict) -> bool:
         if any(isinstance(w, str) and DISCOVERY_SCRIPT in w for w in words):
             return True
     return False
+
+
+# The Warning Event of an elastic MPIJob that runs on the Job backend anyway (its annotation pins it).
+R_JOB_BACKEND = "ElasticOnJobBackend"
+
+
+def job_backend_warning(mpijob: dict, key: str, backend: str) -> str | None:
+    """What an elastic MPIJob on the Job backend is told when it is created, or None. An elastic
+    MPIJob gets the StatefulSet unless its annotation says otherwise (reconcilers/backend.py)."""
+    if backend != "job" or not is_elastic(mpijob):
+        return None
+    return (f"MPIJob {key} is elastic (its launcher runs {DISCOVERY_SCRIPT}) and its annotation "
+            f"{names.BACKEND_ANNOTATION}: job puts its workers in an Indexed Job: one lost worker recreates "
+            "that Job, so the launcher sees every worker go at once, and horovodrun blacklists each of their "
+            "hosts for good unless given --blacklist-cooldown-range. Remove the annotation (elastic MPIJobs "
+            "get the StatefulSet backend, which replaces the lost worker alone) or set it to \"statefulset\"")
 
 
 def hosts_digest(config_map: dict | None) -> str | None:
