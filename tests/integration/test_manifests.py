@@ -147,6 +147,19 @@ def crd_installed(kubectl) -> str:
 # -- rendering ------------------------------------------------------------------------------------
 
 
+def test_install_manifest_holds_what_kustomize_renders(kubectl):
+    """deploy/mpijob-operator.yaml (hack/gen_install.py renders manifests/ itself, with no kubectl)
+    holds exactly the objects `kubectl kustomize manifests/` renders, field for field."""
+    def key(d: dict) -> tuple[str, str, str]:
+        return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
+
+    want = {key(d): d for d in render(kubectl, MANIFESTS)}
+    got = {key(d): d for d in yaml.safe_load_all((ROOT / "deploy" / "mpijob-operator.yaml").read_text()) if d}
+    assert got.keys() == want.keys()
+    for k, d in want.items():
+        assert got[k] == d, k
+
+
 def test_kustomizations_render_the_expected_objects(kubectl):
     got = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
            for d in render(kubectl, MANIFESTS / "rbac") + render(kubectl, MANIFESTS / "operator")}
