@@ -29,12 +29,19 @@ REFRESH_ANNOTATION = "mpijob-operator.dev/discover-hosts"
 DISCOVERY_SCRIPT = "discover_hosts.sh"
 
 
-def is_elastic(mpijob: dict) -> bool:
-    """The launcher's command or arguments name discover_hosts.sh: an elastic launcher."""
-    spec = (mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}
-    template = ((spec.get("Launcher") or {}).get("template") or {}).get("spec") or {}
-    for c in template.get("containers") or []:
-        words: list[Any] = [*((c or {}).get("command") or []), *((c or {}).get("args") or [])]
+def _dict(value: Any, key: str) -> dict:
+    got = value.get(key) if isinstance(value, dict) else None
+    return got if isinstance(got, dict) else {}
+
+
+def is_elastic(mpijob: Any) -> bool:
+    """The launcher's command or arguments name discover_hosts.sh: an elastic launcher. Read before
+    validation too (the backend is chosen first: reconcilers/context.py), so any shape is a no."""
+    template = _dict(_dict(_dict(_dict(_dict(mpijob, "spec"), "mpiReplicaSpecs"), "Launcher"), "template"), "spec")
+    containers = template.get("containers")
+    for c in containers if isinstance(containers, list) else []:
+        words = [w for key in ("command", "args") if isinstance(c, dict) and isinstance(c.get(key), list)
+                 for w in c[key]]
         if any(isinstance(w, str) and DISCOVERY_SCRIPT in w for w in words):
             return True
     return False
