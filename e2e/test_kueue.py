@@ -196,7 +196,7 @@ def test_policy_clash_an_admitted_running_mpijob_keeps_running_stays_admitted_an
     run). The MPIJob stays admitted and running, and ends Succeeded; nobody's policy is touched."""
     q = queues({"a": "1"})
     old = start_operator(backend, namespace, "--network-isolation=false", name="before")
-    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs="40s"), q.local)
+    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs="90s"), q.local)
     wait_workload(kubectl, namespace, "pi", "Admitted")
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     pods_ready(namespace, "pi")
@@ -214,7 +214,7 @@ def test_policy_clash_an_admitted_running_mpijob_keeps_running_stays_admitted_an
     assert f"NetworkPolicy {namespace}/pi{NETWORK_POLICY_SUFFIX}" in warned["message"], warned
     c = conditions(kubectl, namespace, "pi")
     assert (c["NetworkIsolated"]["status"], c["NetworkIsolated"]["reason"]) == ("False", "PolicyNameTaken"), c
-    deadline = now() + 90  # the launcher runs 40 s from its start
+    deadline = now() + 150  # the launcher runs 90 s from its start: time for the restart under load
     while "Succeeded" not in (c := conditions(kubectl, namespace, "pi")):
         assert now() < deadline, f"pi never succeeded: {c}"
         assert c.get("Failed", {}).get("status") != "True", c
