@@ -111,6 +111,31 @@ def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespac
     assert conditions(kubectl, namespace, "pi").get("Restarting", {}).get("status", "False") == "False"
 
 
+@pytest.mark.parametrize("backend", ["job"])  # the operator's flag: the Job backend, the default
+def test_elastic_job_backend_a_lost_worker_takes_no_other_worker_with_it(kubectl, operator, namespace, backend):
+    """Issue 42 item 5: an elastic MPIJob (its launcher runs horovodrun with discover_hosts.sh) under
+    --worker-backend=job gets a StatefulSet, so deleting worker 1 brings worker 1 back alone: worker 0
+    and 2 keep their pods, which the Job backend's recreated worker Job would all have replaced."""
+    elastic = simulated_mpijob("pi", workers=3, launcher_runs=None)
+    elastic["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = [
+        "horovodrun", "--min-np", "1", "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "t.py"]
+    apply(kubectl, namespace, elastic)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    assert get(kubectl, namespace, "statefulset", "pi-worker") is not None
+    assert get(kubectl, namespace, "job", "pi-worker") is None
+    before = {p["spec"]["hostname"]: p["metadata"]["uid"] for p in live(pods(kubectl, namespace, "pi", "worker"))}
+    assert sorted(before) == ["pi-worker-0", "pi-worker-1", "pi-worker-2"], before
+    kubectl("-n", namespace, "delete", "pod", "pi-worker-1", "--wait=false")
+
+    def back() -> dict | None:
+        now_ = {p["spec"]["hostname"]: p["metadata"]["uid"] for p in live(pods(kubectl, namespace, "pi", "worker"))}
+        return now_ if len(now_) == 3 and now_["pi-worker-1"] != before["pi-worker-1"] else None
+
+    after = wait_until(back, 60, what="worker 1 back")
+    assert {h: after[h] for h in ("pi-worker-0", "pi-worker-2")} == \
+        {h: before[h] for h in ("pi-worker-0", "pi-worker-2")}, "the other workers kept their pods"
+
+
 def test_suspend_then_resume(kubectl, operator, namespace, backend):
     apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
