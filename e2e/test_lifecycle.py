@@ -16,6 +16,7 @@ from testsupport.kubectl import apply, conditions, events, get, items, live, pod
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
+POLICY = "pi-mpijob-isolation"  # the MPIJob's NetworkPolicy (reconcilers/names.py network_policy_name)
 
 
 def workers_kind(backend: str) -> str:
@@ -37,9 +38,10 @@ def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, 
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     workers = get(kubectl, namespace, workers_kind(backend), "pi-worker")
     # Isolation is on by default: the MPIJob's NetworkPolicy admits its own pods (docs/architecture.md 10).
-    policy = get(kubectl, namespace, "networkpolicy", "pi")
-    assert policy["spec"]["podSelector"] == {"matchLabels": {JOB_NAME_LABEL: "pi"}}
-    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {JOB_NAME_LABEL: "pi"}}}]}]
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    own = {"matchLabels": {JOB_NAME_LABEL: "pi", OPERATOR_NAME_LABEL: "mpi-operator"}}
+    assert policy["spec"]["podSelector"] == own
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": own}]}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     for obj in (cm, secret, svc, workers, policy):
         assert labels.items() <= obj["metadata"]["labels"].items(), obj["metadata"]
@@ -193,10 +195,10 @@ def test_drift_is_repaired(kubectl, operator, namespace, backend):
     cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap recreated")
     assert cm["metadata"]["uid"] != old["metadata"]["uid"] and cm["data"]["hostfile"] == old["data"]["hostfile"]
     # The NetworkPolicy: its spec drifted by someone else is brought back exactly.
-    policy = get(kubectl, namespace, "networkpolicy", "pi")
-    kubectl("-n", namespace, "patch", "networkpolicy", "pi", "--type=merge", "-p",
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    kubectl("-n", namespace, "patch", "networkpolicy", POLICY, "--type=merge", "-p",
             '{"spec":{"podSelector":{"matchLabels":{"extra":"x"}},"ingress":[{}]}}')
-    wait_until(lambda: get(kubectl, namespace, "networkpolicy", "pi")["spec"] == policy["spec"], 30,
+    wait_until(lambda: get(kubectl, namespace, "networkpolicy", POLICY)["spec"] == policy["spec"], 30,
                what="the NetworkPolicy's spec restored")
 
     if backend == "statefulset":
@@ -243,7 +245,7 @@ def test_least_privilege_runs_an_mpijob_with_the_namespaced_role_alone(kubectl, 
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="3s"))
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     assert wait_event(kubectl, namespace, "pi", "MPIJobSucceeded", "Normal")
-    assert get(kubectl, namespace, "networkpolicy", "pi"), "the Role lets the operator isolate the MPIJob"
+    assert get(kubectl, namespace, "networkpolicy", POLICY), "the Role lets the operator isolate the MPIJob"
     log = op.tail(4000)
     assert "forbidden" not in log.lower() and "Unpermitted" not in log, log
     sa = f"system:serviceaccount:{namespace}:mpi-operator"
