@@ -263,14 +263,14 @@ def test_foreign_job_name_another_operators_pod_of_the_same_name_keeps_its_ingre
                                                         PYTORCH_LABELS, [{"containerPort": 8080}]))
     workers = worker_ips(kubectl, namespace, "pi")
     launcher = held_launcher(kubectl, namespace, "pi")
-    policy = json.loads(kubectl("-n", namespace, "get", "networkpolicy", "pi-mpijob-isolation", "-o", "json").stdout)
+    (policy,) = json.loads(kubectl("-n", namespace, "get", "networkpolicies", "-o", "json").stdout)["items"]
     names = {f"{ip}:{SSH_PORT}": f"pi worker {i} sshd" for i, ip in enumerate(workers)}
     web = f"{other['pytorch-pi-master']}:8080"
     names[web] = "the PyTorchJob pod's port 8080"
     from_outside = probe(kubectl, *outsider, [web])
     from_pytorch = probe(kubectl, namespace, "pytorch-pi-master", list(names.keys() - {web}))
     from_launcher = probe(kubectl, namespace, launcher, list(names.keys() - {web}))
-    print(f"\n[isolation] pi's policy selects {policy['spec']['podSelector']}")
+    print(f"\n[isolation] pi's policy {policy['metadata']['name']} selects {policy['spec']['podSelector']}")
     report(f"pod {outsider[0]}/{outsider[1]} (another namespace)", from_outside, names)
     report("the PyTorchJob pod labelled job-name: pi", from_pytorch, names)
     report("pi's launcher", from_launcher, names)
