@@ -247,7 +247,7 @@ def test_isolation_every_mpi_runs_with_its_policy_and_nobody_else_reaches_its_wo
 # What the Training Operator puts on a PyTorchJob `pi`'s master pod: job-name, as on an MPIJob's.
 PYTORCH_LABELS = {n.JOB_NAME_LABEL: "pi", n.OPERATOR_NAME_LABEL: "pytorchjob-controller",
                   "training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
-HTTP = "mkdir -p /tmp/www && cd /tmp/www && echo ok >index.html && exec python3 -m http.server 8080"
+HTTP = "mkdir -p /tmp/www && cd /tmp/www && echo ok >metrics && exec python3 -m http.server 8080"  # GET /metrics: _http
 
 
 def test_foreign_job_name_another_operators_pod_of_the_same_name_keeps_its_ingress_and_is_not_admitted(
@@ -267,14 +267,15 @@ def test_foreign_job_name_another_operators_pod_of_the_same_name_keeps_its_ingre
     names = {f"{ip}:{SSH_PORT}": f"pi worker {i} sshd" for i, ip in enumerate(workers)}
     web = f"{other['pytorch-pi-master']}:8080"
     names[web] = "the PyTorchJob pod's port 8080"
-    from_outside = probe(kubectl, *outsider, [web])
+    # HTTP: the server speaks only when spoken to (probe() waits for a banner, as sshd sends one)
+    from_outside = {web: _http(kubectl, *outsider, web)}
     from_pytorch = probe(kubectl, namespace, "pytorch-pi-master", list(names.keys() - {web}))
     from_launcher = probe(kubectl, namespace, launcher, list(names.keys() - {web}))
     print(f"\n[isolation] pi's policy {policy['metadata']['name']} selects {policy['spec']['podSelector']}")
     report(f"pod {outsider[0]}/{outsider[1]} (another namespace)", from_outside, names)
     report("the PyTorchJob pod labelled job-name: pi", from_pytorch, names)
     report("pi's launcher", from_launcher, names)
-    assert outcome(from_outside[web]) == "open", ("its ingress cut by the MPIJob's policy", from_outside)
+    assert from_outside[web].startswith("open HTTP/1.0 200"), ("its ingress cut by the MPIJob's policy", from_outside)
     assert all(outcome(r) in CLOSED for r in from_pytorch.values()), ("admitted to pi's sshd", from_pytorch)
     assert all(r.startswith("open SSH-2.0") for r in from_launcher.values()), from_launcher
     run_to_succeeded(kubectl, namespace, ["pi"])
