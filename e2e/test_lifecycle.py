@@ -138,6 +138,33 @@ def test_elastic_job_backend_a_lost_worker_takes_no_other_worker_with_it(kubectl
         {h: before[h] for h in ("pi-worker-0", "pi-worker-2")}, "the other workers kept their pods"
 
 
+def test_policy_clash_an_older_versions_policy_is_replaced_a_users_is_not(kubectl, start_operator, namespace, backend):
+    """Issue 42 item 1, from an older version of this operator, which named the MPIJob's policy `pi`
+    (controlled by the MPIJob, our labels, job-name alone): the operator replaces it by
+    pi-mpijob-isolation with the new selectors; a policy of the user's labelled like ours but not
+    controlled by the MPIJob is left as it was."""
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None))
+    uid = get(kubectl, namespace, "mpijob", "pi")["metadata"]["uid"]
+    old_selector = {"matchLabels": {JOB_NAME_LABEL: "pi"}}
+    labels = {JOB_NAME_LABEL: "pi", OPERATOR_NAME_LABEL: "mpi-operator"}
+    older = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+             "metadata": {"name": "pi", "labels": labels, "ownerReferences": [
+                 {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": uid,
+                  "controller": True, "blockOwnerDeletion": True}]},
+             "spec": {"podSelector": old_selector, "policyTypes": ["Ingress"],
+                      "ingress": [{"from": [{"podSelector": old_selector}]}]}}
+    users = {**older, "metadata": {"name": "users-pi", "labels": labels}}
+    for pol in (older, users):
+        apply(kubectl, namespace, pol)
+    theirs = get(kubectl, namespace, "networkpolicy", "users-pi")["metadata"]["resourceVersion"]
+    start_operator(backend, namespace)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    wait_until(lambda: get(kubectl, namespace, "networkpolicy", "pi") is None, 30, what="the older policy gone")
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    assert policy["spec"]["podSelector"] == {"matchLabels": labels}, policy["spec"]
+    assert get(kubectl, namespace, "networkpolicy", "users-pi")["metadata"]["resourceVersion"] == theirs
+
+
 def test_suspend_then_resume(kubectl, operator, namespace, backend):
     apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
