@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv crd lint unit fuzz integration e2e e2e-kueue e2e-mpis kueue mpi-images test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd install-manifest lint unit fuzz integration e2e e2e-kueue e2e-mpis kueue mpi-images test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -25,6 +25,9 @@ venv: $(PY) ## the Python environment (.venv) with the operator and test tools
 
 crd: $(PY) ## regenerate manifests/crd/ from hack/crd/mpijobs.base.yaml and the pinned release's OpenAPI
 	PY=$(PY) hack/gen-crd.sh
+
+install-manifest: $(PY) ## regenerate deploy/mpijob-operator.yaml (the one-file install) from manifests/
+	$(PY) hack/gen_install.py
 
 lint: $(PY) ## ruff over all Python code
 	@echo ">> ruff"

@@ -55,9 +55,9 @@ class NotLeader(Exception):
 class ForeignObject(Exception):
     """A child's name is taken by an object this MPIJob does not control; `path` is its API path."""
 
-    def __init__(self, message: str, path: str = "") -> None:
+    def __init__(self, message: str, path: str = "", kind: str = "") -> None:
         super().__init__(message)
-        self.path = path
+        self.path, self.kind = path, kind
 
 
 class PredecessorChild(Exception):
@@ -266,7 +266,8 @@ class Executor:
         if ctrl is not None and ctrl.get("kind") == "MPIJob" and ctrl.get("name") == job["name"]:
             raise PredecessorChild(f"{what} belongs to a deleted MPIJob {job['name']} (uid {ctrl.get('uid')})")
         raise ForeignObject(f"{what} already exists and is not controlled by MPIJob {meta['namespace']}/"
-                            f"{job['name']}; delete or rename that object, or give the MPIJob another name", path)
+                            f"{job['name']}; delete or rename that object, or give the MPIJob another name", path,
+                            obj["kind"])
 
     def exists(self, path: str) -> bool:
         """Whether the object at `path` exists (a read: no leader guard)."""

@@ -252,5 +252,6 @@ class InformerWiring:
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
             pod_group=get("podgroups", meta["name"]),
             workload=get("workloads", meta["name"]),
-            network_policy=get(NETWORKPOLICIES.plural, meta["name"]),
+            network_policy=get(NETWORKPOLICIES.plural, names.network_policy_name(mpijob)),
+            legacy_network_policy=get(NETWORKPOLICIES.plural, names.legacy_network_policy_name(mpijob)),
         )

@@ -51,6 +51,8 @@ class JobMemory:
     refusal: Refusal | None = None
     refusal_shown: bool = False  # the MPIJob's status and an Event show `refusal` (written by a pass)
     taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
+    # the same for the MPIJob's NetworkPolicy, which costs only its isolation (reconcilers/netpol.py)
+    policy_taken: tuple[str, str] | None = None
     pace: Pace = field(default_factory=Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
     status_sent: dict | None = None  # the status its last pass wrote (reconcilers/news.status_echo)

@@ -80,6 +80,21 @@ def pi_job(name: str) -> dict:
     return job
 
 
+def test_the_one_file_install_is_what_make_deploy_applied(kubectl, deployed):
+    """deploy/mpijob-operator.yaml, as users apply it (kubectl apply --server-side -f): every object
+    of the file is in the cluster, applied server-side by kubectl (its field manager), and the
+    Deployment then carries the local cluster's overlay (manifests/local) over it."""
+    objs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "mpijob-operator.yaml").read_text()) if d]
+    assert len(objs) > 10
+    for obj in objs:
+        meta = obj["metadata"]
+        ns = ["-n", meta["namespace"]] if meta.get("namespace") else []
+        kind = f"{obj['kind'].lower()}.{obj['apiVersion'].split('/')[0]}" if "/" in obj["apiVersion"] else obj["kind"]
+        live = json.loads(kubectl(*ns, "get", kind, meta["name"], "--show-managed-fields", "-o", "json").stdout)
+        managers = {(m.get("manager"), m.get("operation")) for m in live["metadata"].get("managedFields") or []}
+        assert ("kubectl", "Apply") in managers, (obj["kind"], meta["name"], managers)
+
+
 def test_two_replicas_ready_on_the_real_node_one_leader(kubectl, deployed):
     pods = wait_until(lambda: [p for p in operator_pods(kubectl) if ready(p)] if
                       len([p for p in operator_pods(kubectl) if ready(p)]) == 2 else None, 120, what="2 Ready")

@@ -204,7 +204,7 @@ def test_isolation_every_mpi_runs_with_its_policy_and_nobody_else_reaches_its_wo
     launchers = {name: held_launcher(kubectl, namespace, name) for name in [*jobs, "open"]}
     policies = {p["metadata"]["name"] for p in json.loads(kubectl("-n", namespace, "get", "networkpolicies", "-o",
                                                                   "json").stdout)["items"]}
-    assert policies == set(jobs), policies  # one per isolated MPIJob, none for "open"
+    assert policies == {n.network_policy_name({"metadata": {"name": j}}) for j in jobs}, policies  # none for "open"
     names = {f"{ip}:{SSH_PORT}": f"{job} worker {i} sshd" for job, ips in workers.items()
              for i, ip in enumerate(ips)}
     ssh = {job: [f"{ip}:{SSH_PORT}" for ip in ips] for job, ips in workers.items()}
@@ -242,6 +242,43 @@ def test_isolation_every_mpi_runs_with_its_policy_and_nobody_else_reaches_its_wo
     run_to_succeeded(kubectl, namespace, [*jobs, "open"])
     print(f"[isolation] {backend}: {len(jobs)} isolated MPIJobs and 1 open, workers up and probed in "
           f"{t_run - t0:.1f}s, then every mpirun to Succeeded in {time.monotonic() - t_run:.1f}s")
+
+
+# What the Training Operator puts on a PyTorchJob `pi`'s master pod: job-name, as on an MPIJob's.
+PYTORCH_LABELS = {n.JOB_NAME_LABEL: "pi", n.OPERATOR_NAME_LABEL: "pytorchjob-controller",
+                  "training.kubeflow.org/replica-type": "master", "training.kubeflow.org/replica-index": "0"}
+HTTP = "mkdir -p /tmp/www && cd /tmp/www && echo ok >metrics && exec python3 -m http.server 8080"  # GET /metrics: _http
+
+
+def test_foreign_job_name_another_operators_pod_of_the_same_name_keeps_its_ingress_and_is_not_admitted(
+        kubectl, images, network_policies, start_operator, namespace, outsider, tmp_path):
+    """Issue 42 item 2: beside MPIJob `pi`, a pod labelled as the Training Operator labels a PyTorchJob
+    `pi`'s (training.kubeflow.org/job-name: pi, its own operator-name) that serves HTTP. The MPIJob's
+    policy selects its own pods only: a pod of another namespace still reaches the PyTorchJob pod, and
+    the PyTorchJob pod cannot reach the MPIJob's workers' sshd, which its own launcher reads; mpirun
+    then runs to Succeeded."""
+    start_namespaced_operator(start_operator, kubectl, namespace, "job", tmp_path)
+    apply(kubectl, namespace, isolation_job("pi", "openmpi4", images["openmpi4"]))
+    other = start_pods(kubectl, namespace, pod_manifest("pytorch-pi-master", images["openmpi5"], ["bash", "-c", HTTP],
+                                                        PYTORCH_LABELS, [{"containerPort": 8080}]))
+    workers = worker_ips(kubectl, namespace, "pi")
+    launcher = held_launcher(kubectl, namespace, "pi")
+    (policy,) = json.loads(kubectl("-n", namespace, "get", "networkpolicies", "-o", "json").stdout)["items"]
+    names = {f"{ip}:{SSH_PORT}": f"pi worker {i} sshd" for i, ip in enumerate(workers)}
+    web = f"{other['pytorch-pi-master']}:8080"
+    names[web] = "the PyTorchJob pod's port 8080"
+    # HTTP: the server speaks only when spoken to (probe() waits for a banner, as sshd sends one)
+    from_outside = {web: _http(kubectl, *outsider, web)}
+    from_pytorch = probe(kubectl, namespace, "pytorch-pi-master", list(names.keys() - {web}))
+    from_launcher = probe(kubectl, namespace, launcher, list(names.keys() - {web}))
+    print(f"\n[isolation] pi's policy {policy['metadata']['name']} selects {policy['spec']['podSelector']}")
+    report(f"pod {outsider[0]}/{outsider[1]} (another namespace)", from_outside, names)
+    report("the PyTorchJob pod labelled job-name: pi", from_pytorch, names)
+    report("pi's launcher", from_launcher, names)
+    assert from_outside[web].startswith("open HTTP/1.0 200"), ("its ingress cut by the MPIJob's policy", from_outside)
+    assert all(outcome(r) in CLOSED for r in from_pytorch.values()), ("admitted to pi's sshd", from_pytorch)
+    assert all(r.startswith("open SSH-2.0") for r in from_launcher.values()), from_launcher
+    run_to_succeeded(kubectl, namespace, ["pi"])
 
 
 def test_isolation_off_by_the_operators_flag_the_same_connections_open(

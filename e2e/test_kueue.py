@@ -27,8 +27,9 @@ from kueue import (
 )
 from kueue_fixtures import TAINT, all_pods, running_pods, submit, worker_template
 
+from reconcilers.names import NETWORK_POLICY_SUFFIX
 from testsupport.builders import simulated_mpijob
-from testsupport.kubectl import conditions, get, live, now, pods, wait_condition
+from testsupport.kubectl import conditions, get, items, live, now, pods, wait_condition, wait_event, wait_finished
 from testsupport.paths import CRD
 from testsupport.waiting import wait_until
 
@@ -182,6 +183,52 @@ def test_pods_ready_is_read_from_the_status_and_a_recovered_worker_is_not_evicte
     assert conditions(kubectl, namespace, "pi")["Running"]["status"] == "True"
     print(f"worker 0 back and the MPIJob Running {recovered_after:.1f}s after its pod was deleted "
           f"(Kueue's recovery timeout {RECOVERY_TIMEOUT_S}s)")
+
+
+def test_policy_clash_an_admitted_running_mpijob_keeps_running_stays_admitted_and_succeeds(
+        kubectl, kueue, start_operator, namespace, backend, queues, pods_ready):
+    """Issue 42 item 1, the upgrade: MPIJob `pi` admitted and running under an operator without the
+    NetworkPolicy feature (here --network-isolation=false), and the user's own NetworkPolicy `pi`
+    made before it. The operator with isolation comes up: the user's `pi` is none of its business,
+    and an object under the policy's own name (`pi-mpijob-isolation`, here a NetworkPolicy of
+    someone else's) costs the run its isolation only: NetworkIsolated=False/PolicyNameTaken and a
+    Warning Event, never Failed (which Kueue reads as finished, releasing the quota while the pods
+    run). The MPIJob stays admitted and running, and ends Succeeded; nobody's policy is touched."""
+    q = queues({"a": "1"})
+    old = start_operator(backend, namespace, "--network-isolation=false", name="before")
+    submit(kubectl, namespace, simulated_mpijob("pi", launcher_runs="90s"), q.local)
+    wait_workload(kubectl, namespace, "pi", "Admitted")
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    pods_ready(namespace, "pi")
+    users = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "pi"},
+             "spec": {"podSelector": {"matchLabels": {"app": "users-own"}}, "policyTypes": ["Ingress"]}}
+    taken = {**users, "metadata": {"name": f"pi{NETWORK_POLICY_SUFFIX}"}}
+    for pol in (users, taken):
+        kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(pol))
+    before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+              for p in items(kubectl, namespace, "networkpolicies")}
+    old.stop()
+    start_operator(backend, namespace, name="after")  # --network-isolation on: the default
+
+    warned = wait_event(kubectl, namespace, "pi", "NotIsolated", "Warning", timeout=60)
+    assert f"NetworkPolicy {namespace}/pi{NETWORK_POLICY_SUFFIX}" in warned["message"], warned
+    c = conditions(kubectl, namespace, "pi")
+    assert (c["NetworkIsolated"]["status"], c["NetworkIsolated"]["reason"]) == ("False", "PolicyNameTaken"), c
+    deadline = now() + 150  # the launcher runs 90 s from its start: time for the restart under load
+    while "Succeeded" not in (c := conditions(kubectl, namespace, "pi")):
+        assert now() < deadline, f"pi never succeeded: {c}"
+        assert c.get("Failed", {}).get("status") != "True", c
+        w = workload(kubectl, namespace, "pi")
+        if wl_condition(w, "Finished").get("status") != "True":  # (else it has just succeeded)
+            assert wl_condition(w, "Admitted").get("status") == "True", w["status"]
+            assert not mpijob_suspended(kubectl, namespace, "pi")
+        time.sleep(0.5)
+    assert wait_finished(kubectl, namespace, "pi", 10) == "Succeeded"
+    finished = wait_workload(kubectl, namespace, "pi", "Finished", timeout=30)
+    assert wl_condition(finished, "Finished")["reason"] == "Succeeded", finished["status"]
+    after = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+             for p in items(kubectl, namespace, "networkpolicies")}
+    assert after == before, "the user's policies untouched, none made beside them"
 
 
 def typed_templates(crd: Path) -> bool:

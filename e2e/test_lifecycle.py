@@ -16,6 +16,7 @@ from testsupport.kubectl import apply, conditions, events, get, items, live, pod
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
+POLICY = "pi-mpijob-isolation"  # the MPIJob's NetworkPolicy (reconcilers/names.py network_policy_name)
 
 
 def workers_kind(backend: str) -> str:
@@ -37,9 +38,10 @@ def test_happy_path_children_hostfile_and_success(kubectl, operator, namespace, 
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
     workers = get(kubectl, namespace, workers_kind(backend), "pi-worker")
     # Isolation is on by default: the MPIJob's NetworkPolicy admits its own pods (docs/architecture.md 10).
-    policy = get(kubectl, namespace, "networkpolicy", "pi")
-    assert policy["spec"]["podSelector"] == {"matchLabels": {JOB_NAME_LABEL: "pi"}}
-    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {JOB_NAME_LABEL: "pi"}}}]}]
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    own = {"matchLabels": {JOB_NAME_LABEL: "pi", OPERATOR_NAME_LABEL: "mpi-operator"}}
+    assert policy["spec"]["podSelector"] == own
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": own}]}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     for obj in (cm, secret, svc, workers, policy):
         assert labels.items() <= obj["metadata"]["labels"].items(), obj["metadata"]
@@ -111,6 +113,58 @@ def test_worker_deleted_mid_run_comes_back_same_name(kubectl, operator, namespac
     assert conditions(kubectl, namespace, "pi").get("Restarting", {}).get("status", "False") == "False"
 
 
+@pytest.mark.parametrize("backend", ["job"])  # the operator's flag: the Job backend, the default
+def test_elastic_job_backend_a_lost_worker_takes_no_other_worker_with_it(kubectl, operator, namespace, backend):
+    """Issue 42 item 5: an elastic MPIJob (its launcher runs horovodrun with discover_hosts.sh) under
+    --worker-backend=job gets a StatefulSet, so deleting worker 1 brings worker 1 back alone: worker 0
+    and 2 keep their pods, which the Job backend's recreated worker Job would all have replaced."""
+    elastic = simulated_mpijob("pi", workers=3, launcher_runs=None)
+    elastic["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = [
+        "horovodrun", "--min-np", "1", "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "t.py"]
+    apply(kubectl, namespace, elastic)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    assert get(kubectl, namespace, "statefulset", "pi-worker") is not None
+    assert get(kubectl, namespace, "job", "pi-worker") is None
+    before = {p["spec"]["hostname"]: p["metadata"]["uid"] for p in live(pods(kubectl, namespace, "pi", "worker"))}
+    assert sorted(before) == ["pi-worker-0", "pi-worker-1", "pi-worker-2"], before
+    kubectl("-n", namespace, "delete", "pod", "pi-worker-1", "--wait=false")
+
+    def back() -> dict | None:
+        now_ = {p["spec"]["hostname"]: p["metadata"]["uid"] for p in live(pods(kubectl, namespace, "pi", "worker"))}
+        return now_ if len(now_) == 3 and now_["pi-worker-1"] != before["pi-worker-1"] else None
+
+    after = wait_until(back, 60, what="worker 1 back")
+    assert {h: after[h] for h in ("pi-worker-0", "pi-worker-2")} == \
+        {h: before[h] for h in ("pi-worker-0", "pi-worker-2")}, "the other workers kept their pods"
+
+
+def test_policy_clash_an_older_versions_policy_is_replaced_a_users_is_not(kubectl, start_operator, namespace, backend):
+    """Issue 42 item 1, from an older version of this operator, which named the MPIJob's policy `pi`
+    (controlled by the MPIJob, our labels, job-name alone): the operator replaces it by
+    pi-mpijob-isolation with the new selectors; a policy of the user's labelled like ours but not
+    controlled by the MPIJob is left as it was."""
+    apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs=None))
+    uid = get(kubectl, namespace, "mpijob", "pi")["metadata"]["uid"]
+    old_selector = {"matchLabels": {JOB_NAME_LABEL: "pi"}}
+    labels = {JOB_NAME_LABEL: "pi", OPERATOR_NAME_LABEL: "mpi-operator"}
+    older = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+             "metadata": {"name": "pi", "labels": labels, "ownerReferences": [
+                 {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": uid,
+                  "controller": True, "blockOwnerDeletion": True}]},
+             "spec": {"podSelector": old_selector, "policyTypes": ["Ingress"],
+                      "ingress": [{"from": [{"podSelector": old_selector}]}]}}
+    users = {**older, "metadata": {"name": "users-pi", "labels": labels}}
+    for pol in (older, users):
+        apply(kubectl, namespace, pol)
+    theirs = get(kubectl, namespace, "networkpolicy", "users-pi")["metadata"]["resourceVersion"]
+    start_operator(backend, namespace)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    wait_until(lambda: get(kubectl, namespace, "networkpolicy", "pi") is None, 30, what="the older policy gone")
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    assert policy["spec"]["podSelector"] == {"matchLabels": labels}, policy["spec"]
+    assert get(kubectl, namespace, "networkpolicy", "users-pi")["metadata"]["resourceVersion"] == theirs
+
+
 def test_suspend_then_resume(kubectl, operator, namespace, backend):
     apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="3s", run_policy={"suspend": True}))
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
@@ -168,10 +222,10 @@ def test_drift_is_repaired(kubectl, operator, namespace, backend):
     cm = wait_until(lambda: get(kubectl, namespace, "configmap", "pi-config"), 30, what="ConfigMap recreated")
     assert cm["metadata"]["uid"] != old["metadata"]["uid"] and cm["data"]["hostfile"] == old["data"]["hostfile"]
     # The NetworkPolicy: its spec drifted by someone else is brought back exactly.
-    policy = get(kubectl, namespace, "networkpolicy", "pi")
-    kubectl("-n", namespace, "patch", "networkpolicy", "pi", "--type=merge", "-p",
+    policy = get(kubectl, namespace, "networkpolicy", POLICY)
+    kubectl("-n", namespace, "patch", "networkpolicy", POLICY, "--type=merge", "-p",
             '{"spec":{"podSelector":{"matchLabels":{"extra":"x"}},"ingress":[{}]}}')
-    wait_until(lambda: get(kubectl, namespace, "networkpolicy", "pi")["spec"] == policy["spec"], 30,
+    wait_until(lambda: get(kubectl, namespace, "networkpolicy", POLICY)["spec"] == policy["spec"], 30,
                what="the NetworkPolicy's spec restored")
 
     if backend == "statefulset":
@@ -218,7 +272,7 @@ def test_least_privilege_runs_an_mpijob_with_the_namespaced_role_alone(kubectl, 
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="3s"))
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     assert wait_event(kubectl, namespace, "pi", "MPIJobSucceeded", "Normal")
-    assert get(kubectl, namespace, "networkpolicy", "pi"), "the Role lets the operator isolate the MPIJob"
+    assert get(kubectl, namespace, "networkpolicy", POLICY), "the Role lets the operator isolate the MPIJob"
     log = op.tail(4000)
     assert "forbidden" not in log.lower() and "Unpermitted" not in log, log
     sa = f"system:serviceaccount:{namespace}:mpi-operator"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make deploy` / `make undeploy`.
-#   On the local cluster (KUBECONFIG unset, or .cluster/kubeconfig): the CRD, RBAC and admission
-#   policies of manifests/,
-#   then manifests/local (the Deployment on the real node, image from hack/image.sh, pinned to the
-#   image's content hash so that a rebuild rolls the pods); waits for both replicas to be Ready.
+#   On the local cluster (KUBECONFIG unset, or .cluster/kubeconfig): the one-file install as users
+#   apply it (deploy/mpijob-operator.yaml: CRD, RBAC, admission policies, Deployment),
+#   then manifests/local over it (the Deployment on the real node, image from hack/image.sh, pinned
+#   to the image's content hash so that a rebuild rolls the pods); waits for both replicas to be Ready.
 #   Elsewhere: kubectl apply -k manifests/ as it is (the image mpijob-operator:dev: see README).
 #   undeploy: the Deployment, its Service and PDB, the RBAC and the admission policies; the CRD is kept, since deleting
 #   it deletes every MPIJob of the cluster (kubectl delete -f manifests/crd/ does that).
@@ -24,10 +24,9 @@ case ${1:-deploy} in
       exit 0
     fi
     ref=$(CLUSTER_DIR=$CLUSTER_DIR "$here/image.sh" | tail -n 1)
-    k apply --server-side --force-conflicts -f "$root/manifests/crd/"
+    # --force-conflicts: fields an earlier `make deploy` (or a test) applied under another manager
+    k apply --server-side --force-conflicts -f "$root/deploy/mpijob-operator.yaml"
     crd_established mpijobs.kubeflow.org
-    k apply -k "$root/manifests/rbac/"
-    k apply -k "$root/manifests/admission/"
     k apply -k "$root/manifests/local/"
     k -n mpi-operator set image deployment/mpi-operator "operator=$ref" >/dev/null
     log "waiting for the rollout of $ref"

@@ -9,7 +9,11 @@ makes a second set of workers for a job in flight. In order:
 2. the backend recorded on the MPIJob's ConfigMap (BACKEND_ANNOTATION, written when the ConfigMap is
    created): it keeps the choice while the workers are being recreated;
 3. the MPIJob's own annotation BACKEND_ANNOTATION (a per-MPIJob choice over the flag);
-4. the operator's `--worker-backend`.
+4. for an elastic MPIJob (reconcilers/elastic.py is_elastic), the StatefulSet: it replaces a lost
+   worker alone, where the Job backend recreates the whole worker Job (an Indexed Job never runs a
+   completed index again), so an elastic launcher would see every worker go at once and horovodrun
+   would blacklist every host (docs/architecture.md section 9.2);
+5. the operator's `--worker-backend`.
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ def _created(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def choose(mpijob: Obj, candidates: list[Obj | None], config_map: Obj | None, default: str) -> Choice:
+def choose(mpijob: Obj, candidates: list[Obj | None], config_map: Obj | None, default: str,
+           elastic: bool = False) -> Choice:
     """The backend for `mpijob`, given the worker objects found under its worker name (either kind),
-    its ConfigMap (if it controls it) and the operator's default."""
+    its ConfigMap (if it controls it), the operator's default, and whether its launcher is elastic."""
     owned = [o for o in candidates if o is not None and names.is_controlled_by(o, mpijob)]
     recorded = annotation(config_map) if config_map is not None and names.is_controlled_by(config_map, mpijob) else None
     if owned:
@@ -59,6 +64,6 @@ def choose(mpijob: Obj, candidates: list[Obj | None], config_map: Obj | None, de
         backend = backend_of_kind(keep) or default
         stray = next((o for o in owned[1:] if backend_of_kind(o) != backend), None)
         return Choice(backend, keep, stray)
-    backend = recorded or annotation(mpijob) or default
+    backend = recorded or annotation(mpijob) or ("statefulset" if elastic else default)
     found = next((o for o in candidates if o is not None and backend_of_kind(o) == backend), None)
     return Choice(backend, found, None)

@@ -44,25 +44,53 @@ def shared_children(ctx: JobContext, draft: Draft) -> None:
 
 def network_policy(ctx: JobContext, draft: Draft) -> None:
     """The MPIJob's NetworkPolicy made or repaired while it should have one, deleted when it should
-    not (the annotation turned isolation off, or a template took hostNetwork while suspended); and
-    the NetworkIsolated condition of an MPIJob that cannot be isolated (docs/architecture.md 10)."""
+    not (the annotation turned isolation off, or a template took hostNetwork while suspended); the
+    policy an older version made under the MPIJob's own name replaced; and the NetworkIsolated
+    condition of an MPIJob that runs without its policy (docs/architecture.md 10)."""
     have = ctx.observed.network_policy
+    taken = False
     if netpol.applies(ctx.job, ctx.config):
         want = netpol.network_policy(ctx.job, desired.owner_reference(ctx.job))
-        if have is None:
+        taken = ctx.inputs.policy_taken or ownership.policy_taken(ctx.job, ctx.observed, ctx.stale_children)
+        if have is None and not taken:
             draft.plan.creates.append(Create(want))
         elif ctx.owned(have) and not ownership.deleting(have):
             patch = diff.diff(want, have)
             if patch:
                 draft.plan.patches.append(patch)
-    elif ctx.owned(have) and not ownership.deleting(have):
-        draft.delete(have, "network isolation is off for this MPIJob (annotation or hostNetwork)")
-    if netpol.wanted(ctx.job, ctx.config) and not desired.pod_network(ctx.job):
+        _legacy_policy(ctx, draft, want if taken else None)
+    else:
+        if ctx.owned(have) and not ownership.deleting(have):
+            draft.delete(have, "network isolation is off for this MPIJob (annotation or hostNetwork)")
+        _legacy_policy(ctx, draft, None)
+    if taken:
+        msg = netpol.name_taken_message(ctx.key, ctx.job)
+        if draft.condition(netpol.NOT_ISOLATED, "False", netpol.R_NAME_TAKEN, msg):
+            draft.event("Warning", netpol.R_NOT_ISOLATED, msg)
+    elif netpol.wanted(ctx.job, ctx.config) and not desired.pod_network(ctx.job):
         msg = netpol.not_isolated_message(ctx.key)
         if draft.condition(netpol.NOT_ISOLATED, "False", netpol.R_HOST_NETWORK, msg):
             draft.event("Warning", netpol.R_NOT_ISOLATED, msg)
     else:
         status.remove_condition(draft.status, netpol.NOT_ISOLATED)
+
+
+def _legacy_policy(ctx: JobContext, draft: Draft, keep_as: Obj | None) -> None:
+    """The policy a version before names.network_policy_name made under the MPIJob's own name: deleted
+    (after the create of its successor in the same apply: the executor sends creates first, and a
+    failed create ends the apply), or, while the new name is taken (`keep_as`: the policy wanted), kept
+    and brought to the wanted selectors. Only when this MPIJob controls it: a user's object of that
+    name is never read nor touched (the informers see only our labels)."""
+    old = ctx.observed.legacy_network_policy
+    if not ctx.owned(old) or ownership.deleting(old):
+        return
+    if keep_as is None:
+        draft.delete(old, f"replaced by NetworkPolicy {names.network_policy_name(ctx.job)}")
+        return
+    patch = diff.diff({**keep_as, "metadata": {**keep_as["metadata"], "name": names.legacy_network_policy_name(
+        ctx.job)}}, old)
+    if patch:
+        draft.plan.patches.append(patch)
 
 
 def _secret(ctx: JobContext, draft: Draft) -> None:

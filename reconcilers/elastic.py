@@ -17,27 +17,36 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconcilers import desired
-from reconcilers.context import JobContext
+from reconcilers import desired, names
 from reconcilers.draft import Draft
 from reconcilers.types import Patch, Ref
+
+if TYPE_CHECKING:  # context.py imports this module (the backend of an elastic MPIJob)
+    from reconcilers.context import JobContext
 
 REFRESH_ANNOTATION = "mpijob-operator.dev/discover-hosts"
 DISCOVERY_SCRIPT = "discover_hosts.sh"
 DISCOVERY_FLAG = "--host-discovery-script"  # horovodrun's
 
 
-def is_elastic(mpijob: dict) -> bool:
+def _dict(value: Any, key: str) -> dict:
+    got = value.get(key) if isinstance(value, dict) else None
+    return got if isinstance(got, dict) else {}
+
+
+def is_elastic(mpijob: Any) -> bool:
     """The launcher's horovodrun is given the discovery script: `--host-discovery-script` followed by
     a path naming discover_hosts.sh, as a word of its command or arguments, as
     `--host-discovery-script=<path>`, or inside a shell string (`sh -c "..."`). What it is, not a
-    word in its command: `cat /etc/mpi/discover_hosts.sh; mpirun ...` is not elastic."""
-    spec = (mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}
-    template = ((spec.get("Launcher") or {}).get("template") or {}).get("spec") or {}
-    for c in template.get("containers") or []:
-        words: list[Any] = [*((c or {}).get("command") or []), *((c or {}).get("args") or [])]
+    word in its command: `cat /etc/mpi/discover_hosts.sh; mpirun ...` is not elastic. Read before
+    validation too (the backend is chosen first: reconcilers/context.py), so any shape is a no."""
+    template = _dict(_dict(_dict(_dict(_dict(mpijob, "spec"), "mpiReplicaSpecs"), "Launcher"), "template"), "spec")
+    containers = template.get("containers")
+    for c in containers if isinstance(containers, list) else []:
+        words = [w for key in ("command", "args") if isinstance(c, dict) and isinstance(c.get(key), list)
+                 for w in c[key]]
         if _names_discovery(_tokens([w for w in words if isinstance(w, str)])):
             return True
     return False
@@ -73,6 +82,22 @@ def _names_discovery(tokens: list[str]) -> bool:
         if value.rstrip(";&|)").rsplit("/", 1)[-1] == DISCOVERY_SCRIPT:
             return True
     return False
+
+
+# The Warning Event of an elastic MPIJob that runs on the Job backend anyway (its annotation pins it).
+R_JOB_BACKEND = "ElasticOnJobBackend"
+
+
+def job_backend_warning(mpijob: dict, key: str, backend: str) -> str | None:
+    """What an elastic MPIJob on the Job backend is told when it is created, or None. An elastic
+    MPIJob gets the StatefulSet unless its annotation says otherwise (reconcilers/backend.py)."""
+    if backend != "job" or not is_elastic(mpijob):
+        return None
+    return (f"MPIJob {key} is elastic (its launcher runs {DISCOVERY_SCRIPT}) and its annotation "
+            f"{names.BACKEND_ANNOTATION}: job puts its workers in an Indexed Job: one lost worker recreates "
+            "that Job, so the launcher sees every worker go at once, and horovodrun blacklists each of their "
+            "hosts for good unless given --blacklist-cooldown-range. Remove the annotation (elastic MPIJobs "
+            "get the StatefulSet backend, which replaces the lost worker alone) or set it to \"statefulset\"")
 
 
 def hosts_digest(config_map: dict | None) -> str | None:

@@ -2,7 +2,8 @@
 
 For an MPIJob `pi` in namespace `ns`: Service `pi`, ConfigMap `pi-config`, Secret `pi-ssh`,
 launcher Job `pi-launcher`, workers (StatefulSet or Indexed Job) `pi-worker`, whose pods get the
-hostnames `pi-worker-<i>` and the DNS names `pi-worker-<i>.pi.ns.svc[.<cluster domain>]`.
+hostnames `pi-worker-<i>` and the DNS names `pi-worker-<i>.pi.ns.svc[.<cluster domain>]`, and the
+NetworkPolicy `pi-mpijob-isolation`.
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ def pod_fqdn(job: Any, hostname: str, cluster_domain: str = "") -> str:
     fqdn = f"{hostname}.{service_name(job)}.{job_namespace(job)}.svc"
     domain = cluster_domain.strip(".") if cluster_domain else ""
     return f"{fqdn}.{domain}" if domain else fqdn
+
+
+# The MPIJob's NetworkPolicy (reconcilers/netpol.py) is this operator's own addition, not a child
+# upstream makes, so its name must be one that users are unlikely to hold already: a policy of
+# theirs named like the MPIJob once failed a running MPIJob (docs/architecture.md section 10).
+NETWORK_POLICY_SUFFIX = "-mpijob-isolation"
+
+
+def network_policy_name(job: Any) -> str:
+    return f"{job_name(job)}{NETWORK_POLICY_SUFFIX}"
+
+
+def legacy_network_policy_name(job: Any) -> str:
+    """The name versions before the suffix gave the policy: the MPIJob's own. Replaced once seen, and
+    only when this MPIJob controls it (reconcilers/children.py network_policy)."""
+    return job_name(job)
 
 
 def child_names(mpijob: Any) -> dict[str, str]:

@@ -3,19 +3,31 @@ section 10), as pure functions.
 
 Every worker runs an sshd that accepts the MPIJob's key, and the ranks talk over plain TCP on ports
 their MPI picks at run time. For an MPIJob `pi` in namespace `ns` the operator makes the
-NetworkPolicy `pi` (controlled by the MPIJob, with our labels):
+NetworkPolicy `pi-mpijob-isolation` (names.network_policy_name; controlled by the MPIJob, with our
+labels):
 
-    podSelector: {matchLabels: {training.kubeflow.org/job-name: pi}}   # launcher and workers
+    podSelector: {matchLabels: {training.kubeflow.org/job-name: pi,                    # launcher and
+                                training.kubeflow.org/operator-name: mpi-operator}}   # workers
     policyTypes: [Ingress]                                             # egress left as it is
-    ingress: [{from: [{podSelector: {matchLabels: {training.kubeflow.org/job-name: pi}}},
+    ingress: [{from: [{podSelector: <the same>},
                       ...the peers of the annotation NETWORK_INGRESS_FROM_ANNOTATION]}]   # all ports
 
-as Volcano's `svc` plugin does for its jobs. On with `--network-isolation` (the default); the
-MPIJob's annotation NETWORK_ISOLATION_ANNOTATION "false" leaves one MPIJob without it (its policy,
-if any, is deleted). Pods on the host's network cannot be told apart from the node by any
-NetworkPolicy implementation, so an MPIJob with `hostNetwork` in a template gets no policy (one
-would also cut its workers off from a launcher that uses the host's address); it runs, with the
-condition NOT_ISOLATED=False and a Warning Event saying so.
+as Volcano's `svc` plugin does for its jobs. The job-name label alone is not enough: the Training
+Operator puts it on PyTorchJob and TFJob pods too (with its own operator-name), so a PyTorchJob `pi`
+beside MPIJob `pi` would have its ingress cut and be admitted to the MPIJob's sshd. No label of the
+pods carries the MPIJob's uid (Job pods carry the worker Job's, StatefulSet pods none); the name is
+unique in the namespace, and a predecessor's pods are waited for (reconcilers/ownership.py).
+
+On with `--network-isolation` (the default); the MPIJob's annotation NETWORK_ISOLATION_ANNOTATION
+"false" leaves one MPIJob without it (its policy, if any, is deleted). Pods on the host's network
+cannot be told apart from the node by any NetworkPolicy implementation, so an MPIJob with
+`hostNetwork` in a template gets no policy (one would also cut its workers off from a launcher that
+uses the host's address); it runs, with the condition NOT_ISOLATED=False and a Warning Event saying so.
+
+The policy is the operator's own addition, not a child upstream makes: an object that holds its name
+never fails or holds the MPIJob (a running one under Kueue would release its quota while its pods
+run). The MPIJob runs on without it, with NOT_ISOLATED=False/R_NAME_TAKEN and a Warning Event, and
+gets its policy once the name is free.
 
 The policy is created with the Service, ConfigMap and Secret, before any pod, while the MPIJob is
 active or suspended, and kept when it finishes (with cleanPodPolicy None its workers still run);
@@ -39,6 +51,7 @@ KIND = "NetworkPolicy"
 # The condition of an MPIJob that could not be isolated (hostNetwork): False, reason R_HOST_NETWORK.
 NOT_ISOLATED = "NetworkIsolated"
 R_HOST_NETWORK = "HostNetwork"
+R_NAME_TAKEN = "PolicyNameTaken"  # the policy's name is held by an object this MPIJob does not control
 R_NOT_ISOLATED = "NotIsolated"  # the Warning Event's reason
 ANNOTATION_VALUES = ("true", "false")
 _PEER_KEYS = ("podSelector", "namespaceSelector", "ipBlock")
@@ -95,12 +108,18 @@ def extra_peers(mpijob: Obj) -> list[Obj]:
     return [_peer(p) for p in json.loads(raw)]
 
 
+def own_pods(mpijob: Obj) -> Obj:
+    """The selector of the MPIJob's own pods: its name and this operator's (upstream's pods carry both)."""
+    return {"matchLabels": {names.JOB_NAME_LABEL: names.job_name(mpijob),
+                            names.OPERATOR_NAME_LABEL: names.OPERATOR_NAME}}
+
+
 def network_policy(mpijob: Obj, owner: Obj) -> Obj:
-    own = {"matchLabels": {names.JOB_NAME_LABEL: names.job_name(mpijob)}}
+    own = own_pods(mpijob)
     return {
         "apiVersion": API,
         "kind": KIND,
-        "metadata": {"name": names.job_name(mpijob), "namespace": names.job_namespace(mpijob),
+        "metadata": {"name": names.network_policy_name(mpijob), "namespace": names.job_namespace(mpijob),
                      "labels": names.job_labels(mpijob), "ownerReferences": [owner]},
         "spec": {
             "podSelector": own,
@@ -116,6 +135,15 @@ def not_isolated_message(key: str) -> str:
             "tell apart from the node, so every pod and host that reaches the node reaches them; remove "
             f"hostNetwork from its templates to isolate it, or annotate it {names.NETWORK_ISOLATION_ANNOTATION}: "
             "\"false\" to run it so on purpose")
+
+
+def name_taken_message(key: str, mpijob: Obj) -> str:
+    name = f"{names.job_namespace(mpijob)}/{names.network_policy_name(mpijob)}"
+    return (f"MPIJob {key} runs without network isolation: NetworkPolicy {name} already exists and is not "
+            "controlled by this MPIJob, so the operator cannot make the policy that closes its pods to other "
+            "pods (the run goes on as it is). Delete or rename that object and the policy is made within "
+            f"seconds, or annotate the MPIJob {names.NETWORK_ISOLATION_ANNOTATION}: \"false\" to run it "
+            "so on purpose")
 
 
 # -- validation ---------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 - `stale_children`: children under our names controlled by a deleted MPIJob of our name (another
   uid), which the garbage collector is removing: waited for, never a clash.
 - `clash`: an object under one of our names that this MPIJob does not control and that is not a
-  predecessor's: the message that says so, or None.
+  predecessor's: the message that says so, or None. The NetworkPolicy is not among them: its name
+  held by another object costs the MPIJob its isolation, never its run (`policy_taken`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconcilers import desired, names, netpol
+from reconcilers import desired, names
 from reconcilers.gang import podgroup
 from reconcilers.types import Obj, Observed
 
@@ -106,11 +107,17 @@ def clash(mpijob: Obj, observed: Observed, workers: Obj | None, stale: tuple[Obj
     namespace = names.job_namespace(mpijob)
     for obj, kind in ((observed.service, "Service"), (observed.config_map, "ConfigMap"),
                       (observed.secret, "Secret"), (observed.launcher, "Job"), (workers, None),
-                      (observed.pod_group, podgroup.KIND), (observed.workload, "Workload"),
-                      (observed.network_policy, netpol.KIND)):
+                      (observed.pod_group, podgroup.KIND), (observed.workload, "Workload")):
         if obj is not None and not owned(obj, mpijob) and id(obj) not in stale_ids:
             kind = kind or obj.get("kind", "object")
             name = (obj.get("metadata") or {}).get("name", "?")
             return (f"{kind} {namespace}/{name} already exists and is not controlled by MPIJob {key}; "
                     "delete or rename that object, or give the MPIJob another name")
     return None
+
+
+def policy_taken(mpijob: Obj, observed: Observed, stale: tuple[Obj, ...]) -> bool:
+    """The NetworkPolicy's name is held, as cached, by an object that is neither this MPIJob's nor a
+    predecessor's (one without our labels is found by the create instead: Inputs.policy_taken)."""
+    obj = observed.network_policy
+    return obj is not None and not owned(obj, mpijob) and not any(obj is o for o in stale)

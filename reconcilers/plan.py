@@ -103,6 +103,9 @@ def _run(inputs: Inputs) -> Plan:
     if not status.get_condition(draft.status, status.CREATED):
         draft.condition(status.CREATED, "True", status.R_CREATED, f"MPIJob {draft.key} is created.")
         draft.event("Normal", status.R_CREATED, f"MPIJob {draft.key} is created.")
+        warning = elastic.job_backend_warning(job, draft.key, choice.backend)
+        if warning:
+            draft.event("Warning", elastic.R_JOB_BACKEND, warning)
 
     ctx = context.build(inputs, job, choice, config)
     draft.plan.events += predecessor.report_stuck(draft.status, list(ctx.pods.stale), ctx.namespace, ctx.now)

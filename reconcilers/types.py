@@ -74,7 +74,10 @@ class Observed:
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
     pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
     workload: Obj | None = None  # the scheduling.k8s.io Workload `<name>` (--gang-scheduling=workload)
-    network_policy: Obj | None = None  # the NetworkPolicy `<name>` (only with --network-isolation)
+    # the NetworkPolicy `<name>-mpijob-isolation` (only with --network-isolation; names.network_policy_name)
+    network_policy: Obj | None = None
+    # the NetworkPolicy `<name>`, as versions before that name called it: replaced if this MPIJob controls it
+    legacy_network_policy: Obj | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,9 @@ class Inputs:
     # A child's name that the last apply found taken by an object this MPIJob does not control and
     # the caches cannot show (not labelled as ours): the message to report, until the name is free.
     taken: str | None = None
+    # The MPIJob's NetworkPolicy name was found so taken: not a clash that holds the job, only its
+    # isolation (reconcilers/netpol.py), until the name is free.
+    policy_taken: bool = False
     # Seconds to hold the writes that only follow pods (reconcilers/pace.py); 0: write them now.
     settle_s: float = 0.0
     # What the launcher pods' logs said, by pod uid, once read (reconcilers/failure/evidence.py).

@@ -15,7 +15,7 @@ from client.rest import RestClient
 from controller.executor import Executor, ForeignObject, NotLeader, ObjectGone, PredecessorChild
 from reconcilers import netpol
 from reconcilers.diff import diff
-from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION
+from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION, network_policy_name
 from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 from testsupport import builders
 from testsupport.kubectl import wait_established
@@ -306,8 +306,8 @@ def test_isolation_policy_round_trips_through_the_api_server_and_drift_is_repair
                                   "annotations": {NETWORK_INGRESS_FROM_ANNOTATION: json.dumps(peers)}}}
     want = netpol.network_policy(job, owner(mpijob))
     res = executor(client).apply(mpijob, Plan(creates=[Create(want)]))
-    assert res.refused is None and ("networkpolicies", namespace, "pi") in res.written
-    path = NETWORKPOLICIES.path(namespace, "pi")
+    assert res.refused is None and ("networkpolicies", namespace, "pi-mpijob-isolation") in res.written
+    path = NETWORKPOLICIES.path(namespace, "pi-mpijob-isolation")
     stored = client.request("GET", path)
     assert diff(want, stored) is None, stored["spec"]
     client.request("PATCH", path, content_type="application/merge-patch+json", body={
@@ -320,3 +320,19 @@ def test_isolation_policy_round_trips_through_the_api_server_and_drift_is_repair
     repaired = client.request("GET", path)
     assert diff(want, repaired) is None and repaired["spec"] == stored["spec"], repaired["spec"]
     assert repaired["metadata"]["labels"]["someone"] == "else"
+
+
+def test_policy_clash_a_foreign_policy_under_our_name_is_reported_as_a_policy(client, mpijob, namespace):
+    """Issue 42 item 1: the create that meets a NetworkPolicy of someone else's under the policy's name
+    (not labelled as ours, so no informer shows it) ends the apply with a ForeignObject of kind
+    NetworkPolicy, which the controller turns into NetworkIsolated=False, never a clash that fails the
+    MPIJob; the object is left as it was."""
+    name = network_policy_name(mpijob)
+    theirs = client.request("POST", NETWORKPOLICIES.path(namespace), body={
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name},
+        "spec": {"podSelector": {"matchLabels": {"app": "theirs"}}, "policyTypes": ["Ingress"]}})
+    res = executor(client).apply(mpijob, Plan(creates=[Create(netpol.network_policy(mpijob, owner(mpijob)))]))
+    assert isinstance(res.foreign, ForeignObject) and res.foreign.kind == "NetworkPolicy", res
+    assert res.foreign.path == NETWORKPOLICIES.path(namespace, name)
+    after = client.request("GET", NETWORKPOLICIES.path(namespace, name))
+    assert after["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]

@@ -70,7 +70,7 @@ def slot_of(job: dict, kind: str, name: str) -> str | None:
     if kind == "Workload":
         return "workload"
     if kind == "NetworkPolicy":
-        return "network_policy"
+        return "legacy_network_policy" if name == n.legacy_network_policy_name(job) else "network_policy"
     if name == n.launcher_name(job):
         return "launcher"
     if name == n.worker_name(job):

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from reconcilers import elastic
+from reconcilers import elastic, names
 from reconcilers.plan import plan as make_plan
-from reconcilers.types import Config, Inputs
+from reconcilers.types import Config, Inputs, Observed
 from tests.unit.sim import BACKENDS, KeyGen, apply_plan, at, mpijob, pod, run, running_state, workers_ready
 
 ELASTIC_ARGS = ["-np", "2", "--min-np", "1", "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", "t.py"]
@@ -85,3 +85,39 @@ def test_only_running_launcher_pods_are_patched():
     pods[2]["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:00Z"
     p = run(job, replace(obs, pods=[*pods, *obs.pods[1:]]), "statefulset", now=at(30))
     assert pod_patches(p) == []
+
+
+def pinned(job: dict, backend: str) -> dict:
+    job["metadata"].setdefault("annotations", {})[names.BACKEND_ANNOTATION] = backend
+    return job
+
+
+def test_elastic_job_backend_an_elastic_mpijob_gets_the_statefulset_whatever_the_flag():
+    """Issue 42 item 5: on the Job backend one lost worker recreates the whole worker Job, so an
+    elastic launcher loses every host at once. An elastic MPIJob's workers are a StatefulSet, which
+    replaces the lost worker alone (its other workers' pods untouched), under --worker-backend=job too;
+    a launcher that is not elastic keeps the flag's backend; nothing is said."""
+    p = run(job_with(ELASTIC_ARGS), backend="job")
+    assert [c.obj["kind"] for c in p.creates if c.obj["metadata"]["name"] == "pi-worker"] == ["StatefulSet"]
+    assert not [e for e in p.events if e.type == "Warning"]
+    plain = run(job_with(["-n", "2", "/opt/pi"]), backend="job")
+    assert [c.obj["kind"] for c in plain.creates if c.obj["metadata"]["name"] == "pi-worker"] == ["Job"]
+    # a worker lost: the StatefulSet's pod comes back alone (no recreate of the worker object)
+    job, obs = running_state(job_with(ELASTIC_ARGS), "job")
+    assert obs.workers["kind"] == "StatefulSet"
+    lost = replace(obs, pods=[p for p in obs.pods if p["metadata"]["name"] != "pi-worker-1"])
+    assert not [d for d in run(job, lost, "job").deletes if d.ref.name == "pi-worker"]
+
+
+def test_elastic_job_backend_pinned_by_annotation_is_kept_with_a_warning_once():
+    """The annotation's choice stands (the user asked for it), with one Warning Event at creation
+    that names the annotation, the StatefulSet backend and Horovod's --blacklist-cooldown-range."""
+    job = pinned(job_with(ELASTIC_ARGS), "job")
+    p = run(job, backend="statefulset")
+    assert [c.obj["kind"] for c in p.creates if c.obj["metadata"]["name"] == "pi-worker"] == ["Job"]
+    (warning,) = [e for e in p.events if e.type == "Warning"]
+    assert warning.reason == elastic.R_JOB_BACKEND and names.BACKEND_ANNOTATION in warning.message
+    assert "statefulset" in warning.message and "--blacklist-cooldown-range" in warning.message
+    job, obs = apply_plan(job, Observed(), p)
+    assert not [e for e in run(job, obs, "statefulset").events if e.type == "Warning"], "said once"
+    assert not [e for e in run(pinned(job_with(ELASTIC_ARGS), "statefulset")).events if e.type == "Warning"]

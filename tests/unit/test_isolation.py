@@ -15,21 +15,26 @@ from reconcilers import netpol, refusal
 from reconcilers import status as st
 from reconcilers.desired import owner_reference
 from reconcilers.diff import diff
-from reconcilers.types import Observed
+from reconcilers.plan import plan
+from reconcilers.types import Config, Inputs, Observed
 from reconcilers.validation import validate
 from tests.unit.sim import (
     BACKENDS,
+    NOW,
+    KeyGen,
     apply_plan,
     converge,
     exited_0,
     job_finished,
+    merge_patch,
     mpijob,
     run,
     running_state,
     with_status,
 )
 
-OWN = {"matchLabels": {n.JOB_NAME_LABEL: "pi"}}
+OWN = {"matchLabels": {n.JOB_NAME_LABEL: "pi", n.OPERATOR_NAME_LABEL: "mpi-operator"}}
+POLICY = "pi-mpijob-isolation"
 NOTEBOOKS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "notebooks"}}}
 
 
@@ -64,12 +69,33 @@ def kinds(p) -> list[str]:
 def test_isolation_policy_admits_the_mpijobs_own_pods_on_every_port_and_leaves_egress():
     pol = netpol.network_policy(mpijob(), owner_reference(mpijob()))
     assert pol["apiVersion"] == "networking.k8s.io/v1" and pol["kind"] == "NetworkPolicy"
-    assert pol["metadata"]["name"] == "pi" and pol["metadata"]["namespace"] == "ns"
+    assert pol["metadata"]["name"] == POLICY and pol["metadata"]["namespace"] == "ns"
     assert pol["metadata"]["labels"] == n.job_labels(mpijob())
     (ref,) = pol["metadata"]["ownerReferences"]
     assert ref["controller"] is True and ref["kind"] == "MPIJob" and ref["uid"] == "uid-pi"
     assert pol["spec"] == {"podSelector": OWN, "policyTypes": ["Ingress"],
                            "ingress": [{"from": [{"podSelector": OWN}]}]}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """A matchLabels-only selector (what the policy's own selectors are) against a pod's labels."""
+    assert set(selector) == {"matchLabels"}
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def test_foreign_job_name_another_operators_pod_of_the_same_name_is_neither_selected_nor_admitted():
+    """Issue 42 item 2: the Training Operator labels PyTorchJob and TFJob pods job-name too. A
+    PyTorchJob `pi` beside MPIJob `pi` keeps its ingress (not selected) and is not admitted to the
+    MPIJob's pods (not a peer); the MPIJob's own pods, ours or upstream's, are both."""
+    pol = netpol.network_policy(mpijob(), owner_reference(mpijob()))
+    pytorch = {n.JOB_NAME_LABEL: "pi", n.OPERATOR_NAME_LABEL: "pytorchjob-controller",
+               "training.kubeflow.org/replica-type": "master"}
+    ours = n.job_labels(mpijob(), n.ROLE_WORKER)
+    upstreams = {n.JOB_NAME_LABEL: "pi", n.OPERATOR_NAME_LABEL: "mpi-operator", n.JOB_ROLE_LABEL: "worker"}
+    (rule,) = pol["spec"]["ingress"]
+    for labels, want in ((pytorch, False), (ours, True), (upstreams, True)):
+        assert selects(pol["spec"]["podSelector"], labels) is want, labels
+        assert any(selects(peer["podSelector"], labels) for peer in rule["from"]) is want, labels
 
 
 @pytest.mark.parametrize(("peers", "want"), [
@@ -158,7 +184,7 @@ def test_isolation_turned_off_by_annotation_deletes_the_policy_and_on_again_make
     off = annotated(job, **{n.NETWORK_ISOLATION_ANNOTATION: "false"})
     p = run(off, obs, backend)
     (d,) = p.deletes
-    assert (d.ref.kind, d.ref.name, d.uid) == ("NetworkPolicy", "pi", pol["metadata"]["uid"])
+    assert (d.ref.kind, d.ref.name, d.uid) == ("NetworkPolicy", POLICY, pol["metadata"]["uid"])
     assert p.writes == 1 and not p.creates and not p.patches
     off, obs = apply_plan(off, obs, p)
     assert run(off, obs, backend).writes == 0
@@ -200,7 +226,7 @@ def test_isolation_host_network_taken_while_suspended_drops_the_policy_and_back_
     assert obs.network_policy is not None, "a suspend keeps the policy"
     hosted = host_network(job)
     p = run(hosted, obs, backend)
-    assert [(d.ref.kind, d.ref.name) for d in p.deletes] == [("NetworkPolicy", "pi")]
+    assert [(d.ref.kind, d.ref.name) for d in p.deletes] == [("NetworkPolicy", POLICY)]
     assert st.get_condition(p.status, netpol.NOT_ISOLATED)["status"] == "False"
     hosted, obs, _ = converge(hosted, obs, backend)
     plain = copy.deepcopy(hosted)
@@ -246,15 +272,76 @@ def test_isolation_diff_of_what_the_api_server_returns_is_empty():
     assert diff(want, stored) is None
 
 
+def foreign_policy(name: str = POLICY, **labels: str) -> dict:
+    return {"apiVersion": netpol.API, "kind": netpol.KIND,
+            "metadata": {"name": name, "namespace": "ns", "uid": "someone", "labels": labels},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_isolation_a_foreign_policy_under_the_name_is_a_clash_never_touched(backend):
-    foreign = {"apiVersion": netpol.API, "kind": netpol.KIND,
-               "metadata": {"name": "pi", "namespace": "ns", "uid": "someone", "labels": n.job_labels(mpijob())},
-               "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
-    p = run(mpijob(), Observed(network_policy=foreign), backend)
-    failed = st.get_condition(p.status, st.FAILED)
-    assert failed["reason"] == "ResourceExists" and "NetworkPolicy ns/pi" in failed["message"]
-    assert not p.patches and not p.deletes and not policies(p)
+def test_policy_clash_a_users_policy_named_like_the_mpijob_is_not_ours_to_mind(backend):
+    """Issue 42 item 1: the policy has a name of its own, so a user's NetworkPolicy `pi` (made before
+    the feature) is neither a clash nor touched; ours is made beside it, and the job runs on."""
+    assert netpol.network_policy(mpijob(), owner_reference(mpijob()))["metadata"]["name"] == POLICY
+    job, obs = running_state(mpijob(), backend)
+    users = foreign_policy("pi", **n.job_labels(mpijob()))
+    p = run(job, replace(obs, network_policy=None, legacy_network_policy=users), backend)
+    assert st.get_condition(p.status or job["status"], st.FAILED) is None
+    assert policies(p) == [netpol.network_policy(mpijob(), owner_reference(mpijob()))]
+    assert not p.deletes and not p.patches
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seen", ["cached", "found-by-the-create"])
+def test_policy_clash_on_our_name_costs_isolation_never_the_run(backend, seen):
+    """Issue 42 item 1: an object holding the policy's own name never fails, holds or stops the
+    MPIJob (Kueue would take Failed=True as the end and release the quota while the pods run): its
+    children run on, it says so once (NetworkIsolated=False/PolicyNameTaken and a Warning Event), it
+    ends Succeeded with its launcher, and the policy is made once the name is free."""
+    job, obs = running_state(mpijob(), backend)
+    obs = replace(obs, network_policy=foreign_policy(**n.job_labels(mpijob())) if seen == "cached" else None)
+    taken = seen != "cached"
+    p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), policy_taken=taken))
+    assert st.get_condition(p.status, st.FAILED) is None and st.is_true(p.status, st.RUNNING)
+    c = st.get_condition(p.status, netpol.NOT_ISOLATED)
+    assert (c["status"], c["reason"]) == ("False", netpol.R_NAME_TAKEN)
+    assert f"NetworkPolicy ns/{POLICY}" in c["message"] and n.NETWORK_ISOLATION_ANNOTATION in c["message"]
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", netpol.R_NOT_ISOLATED)]
+    assert not p.creates and not p.patches and not p.deletes, "the foreign object and the job's children untouched"
+    job, _ = apply_plan(job, obs, p)
+    again = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), policy_taken=taken))
+    assert again.writes == 0 and not again.events, "said once"
+    done, logs = exited_0(replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1)))
+    p = plan(Inputs(job, done, Config(worker_backend=backend), NOW, KeyGen(), reports=logs, policy_taken=taken))
+    assert st.is_true(p.status, st.SUCCEEDED)
+    free = run(job, replace(obs, network_policy=None), backend)
+    assert policies(free) and st.get_condition(free.status, netpol.NOT_ISOLATED) is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_policy_clash_an_older_versions_policy_is_replaced_a_users_never_touched(backend):
+    """The policy an older version made under the MPIJob's own name, controlled by the MPIJob: its
+    successor created and it deleted in one apply (creates go first). The same name held by an object
+    the MPIJob does not control: left alone."""
+    old = netpol.network_policy(mpijob(), owner_reference(mpijob()))
+    old["metadata"].update(name="pi", uid="np-old")
+    old["spec"] = {"podSelector": {"matchLabels": {n.JOB_NAME_LABEL: "pi"}}, "policyTypes": ["Ingress"],
+                   "ingress": [{"from": [{"podSelector": {"matchLabels": {n.JOB_NAME_LABEL: "pi"}}}]}]}
+    job, obs = running_state(mpijob(), backend)
+    p = run(job, replace(obs, network_policy=None, legacy_network_policy=old), backend)
+    assert [c.obj["metadata"]["name"] for c in p.creates] == [POLICY]
+    assert [(d.ref.name, d.uid) for d in p.deletes] == [("pi", "np-old")]
+    job, obs2 = apply_plan(job, replace(obs, network_policy=None, legacy_network_policy=old), p)
+    assert obs2.legacy_network_policy is None and run(job, obs2, backend).writes == 0
+    # while the new name is taken, the old policy stays, brought to the new selectors
+    p = plan(Inputs(job, replace(obs, network_policy=None, legacy_network_policy=old), Config(worker_backend=backend),
+                    NOW, KeyGen(), policy_taken=True))
+    (patch,) = p.patches
+    assert patch.ref.name == "pi" and not p.deletes
+    assert merge_patch(old, patch.patch)["spec"]["podSelector"] == OWN
+    users = {**old, "metadata": {**old["metadata"], "ownerReferences": []}}
+    p = run(job, replace(obs, legacy_network_policy=users), backend)
+    assert p.writes == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

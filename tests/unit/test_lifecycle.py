@@ -121,7 +121,7 @@ def test_fixed_spec_clears_invalid_and_runs(backend):
 def test_creates_every_child_at_startup(backend):
     keygen = KeyGen()
     p = run(mpijob(), backend=backend, keygen=keygen)
-    assert kinds(p) == ["Service/pi", "ConfigMap/pi-config", "Secret/pi-ssh", "NetworkPolicy/pi",
+    assert kinds(p) == ["Service/pi", "ConfigMap/pi-config", "Secret/pi-ssh", "NetworkPolicy/pi-mpijob-isolation",
                         f"{worker_kind(backend)}/pi-worker", "Job/pi-launcher"]
     assert keygen.calls == 1
     assert cond(p.status, st.CREATED)["reason"] == "MPIJobCreated"
