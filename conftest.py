@@ -1,8 +1,13 @@
 """Root conftest: the local-cluster fixtures (tests/cluster_fixtures.py) serve tests/ and e2e/ alike,
-and the cached builds some tests need run in the background while the others run
-(testsupport/builds.py)."""
+the cached builds some tests need run in the background while the others run
+(testsupport/builds.py), and `make test`'s two phases (hack/test.sh): the tests side by side in
+pytest-xdist workers, each module whole on one worker, then the `exclusive` ones alone
+(docs/development.md, "make test: two phases")."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
@@ -12,26 +17,92 @@ from testsupport.paths import ROOT
 pytest_plugins = ["tests.cluster_fixtures"]
 BUILDS_LOG = ROOT / "build" / "test-builds.log"
 _PROC = pytest.StashKey()  # the background builds' process
+EXCLUSIVE = "exclusive"
+PHASES = ("all", "concurrent", EXCLUSIVE)
+# Test modules that must not run beside each other, though each may run beside the rest: one
+# xdist group (one worker, one after the other) instead of one per module.
+GROUPS = {"kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py")}
+_GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
+# Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
+# start first, and the short unit modules fill the workers' last minutes.
+_KIND_ORDER = ("e2e/", "tests/integration/", "tests/unit/")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--phase", choices=PHASES, default="all",
+                     help="all: every test (the default); concurrent: all but the `exclusive` ones (make test's "
+                          "first phase, under pytest-xdist); exclusive: only those (its second phase, serial)")
+
+
+def _worker() -> str | None:
+    """This process's pytest-xdist worker id (gw0, gw1...), or None: the controller, or no xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def _needs(item: pytest.Item) -> tuple[str, ...]:
     return tuple(name for mark in item.iter_markers(builds.MARKER) for name in mark.args)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _kind(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0]
+    return next((i for i, prefix in enumerate(_KIND_ORDER) if path.startswith(prefix)), len(_KIND_ORDER))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("phase")
+    if phase != "all":
+        keep = [i for i in items if (i.get_closest_marker(EXCLUSIVE) is not None) == (phase == EXCLUSIVE)]
+        dropped = [i for i in items if i not in set(keep)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
     # Stable: the tests that need no build keep their order and come first.
-    items.sort(key=lambda item: builds.rank(_needs(item)))
+    if _worker() is None:
+        items.sort(key=lambda item: builds.rank(_needs(item)))
+    else:
+        items.sort(key=lambda item: (builds.rank(_needs(item)), _kind(item)))
+    # --dist loadgroup: a module's tests on one worker, in their order, its module-scoped fixtures
+    # (a Kueue, a second scheduler, a Deployment) made once, as in a serial run.
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(path, path)))
+
+
+def _pid_file(config: pytest.Config) -> object:
+    """Where the worker that starts the background builds writes its process id, for the controller
+    to stop it at the end: one file per run (xdist's testrunuid)."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID") or config.getoption("testrunuid", None)
+    return ROOT / "build" / f"test-builds.{uid}.pid" if uid else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller names the run, so that it finds the file its worker gw0 writes (_pid_file).
+    if _worker() is None and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None) \
+            and not config.getoption("testrunuid", None):
+        config.option.testrunuid = os.urandom(8).hex()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # Every worker collects the same tests: only gw0 (or a run without xdist) starts the builds.
+    if session.config.option.collectonly or _worker() not in (None, "gw0"):
         return
     names = builds.needed([_needs(item) for item in session.items])
     if names:
-        print(f"\n[builds] in the background, for the tests at the end: {', '.join(names)} (log: {BUILDS_LOG})")
-    session.config.stash[_PROC] = builds.start(names, BUILDS_LOG)
+        print(f"\n[builds] in the background, for the tests at the end: {', '.join(names)} (log: {BUILDS_LOG})",
+              file=sys.stderr if _worker() else sys.stdout)
+    proc = builds.start(names, BUILDS_LOG)
+    session.config.stash[_PROC] = proc
+    pid_file = _pid_file(session.config)
+    if proc is not None and _worker() is not None and pid_file is not None:
+        pid_file.write_text(str(proc.pid))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _worker() is not None:
+        return  # the builds outlive the worker that started them: the controller stops them
     builds.stop(session.config.stash.get(_PROC, None))
-
+    pid_file = _pid_file(session.config)
+    if pid_file is not None and pid_file.exists():
+        builds.stop_pid(int(pid_file.read_text()))
+        pid_file.unlink()

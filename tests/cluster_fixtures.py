@@ -31,6 +31,11 @@ def kubeconfig() -> Iterator[str]:
     """Path of an admin kubeconfig for the local cluster (started here if it is not up)."""
     path = CLUSTER_DIR / "kubeconfig"
     started = False
+    if not _healthy(path) and os.environ.get("PYTEST_XDIST_WORKER"):
+        # One worker's session may end while the others still use the cluster: under pytest-xdist
+        # the cluster is started before the workers (hack/test.sh, make test) and stopped after them.
+        pytest.fail(f"the local cluster ({path}) is not up: start it before pytest -n (make cluster-up), or "
+                    "run make test, which does")
     if not _healthy(path):
         subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True, timeout=3600)
         started = True

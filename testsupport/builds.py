@@ -90,6 +90,32 @@ def stop(proc: subprocess.Popen | None) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (ended, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_pid(pid: int) -> None:
+    """stop() for a process known by its id only: the one a pytest-xdist worker started (conftest.py),
+    if that process still runs and is still the builds' (not a process that took its id since)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if b"testsupport.builds" not in cmdline:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def run(names: list[str]) -> int:
     """Builds `names` in BUILDS order, each to its cache; prints one line per build. The exit status
     is that of the first build that failed (the rest still run: their tests may pass)."""
