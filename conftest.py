@@ -98,6 +98,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         pid_file.write_text(str(proc.pid))
 
 
+_READY: set[str] = set()  # the builds this process saw done
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Before a test that needs a build, and outside its timeout (pytest-timeout's hook runs inside
+    this one): the build done. Workers side by side reach such a test sooner than a serial run, maybe
+    while the background process still compiles (a cold cache): the test would then wait for it
+    inside its 600 s. Each build script waits for the background's lock, then finds its cache; a
+    cache hit takes under a second, once per process and build."""
+    want = [name for name in builds.needed([_needs(item)]) if name not in _READY]
+    if want:
+        BUILDS_LOG.parent.mkdir(parents=True, exist_ok=True)
+        with BUILDS_LOG.open("a") as log:
+            print(f"[builds] {item.nodeid} waits for: {', '.join(want)}", file=log, flush=True)
+            builds.run(want, out=log)
+        _READY.update(want)
+    yield
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _worker() is not None:
         return  # the builds outlive the worker that started them: the controller stops them
