@@ -52,10 +52,16 @@ def kubectl(kubeconfig: str) -> Kubectl:
     """Runs the cluster's kubectl; `kubectl("get", "pods", input=yaml, check=False)`."""
 
     def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
-        r = subprocess.run(
-            [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
-        )
+        for _ in range(2):
+            r = subprocess.run(
+                [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                input=input, capture_output=True, text=True, timeout=timeout,
+            )
+            # Two pytest-xdist workers applying one cluster-scoped object for the first time at once:
+            # client-side apply reads it (absent) and creates it, and the second create is refused
+            # AlreadyExists. Applied again, it patches the object the other worker created.
+            if not ("apply" in args and r.returncode != 0 and "(AlreadyExists)" in r.stderr):
+                break
         if check and r.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
         return r
