@@ -20,8 +20,13 @@ _PROC = pytest.StashKey()  # the background builds' process
 EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
 # Test modules that must not run beside each other, though each may run beside the rest: one
-# xdist group (one worker, one after the other) instead of one per module.
-GROUPS = {"kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py")}
+# xdist group (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
+# one at a time. The real node is one machine of 2 cores whose pods request CPU: at most two of
+# its MPI modules at once (and the deployed operator), so that its pods are never Pending for CPU
+# another module holds.
+GROUPS = {"kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py"),
+          "realnode": ("e2e/test_realnode.py", "e2e/test_realnode_mpijob.py", "e2e/test_realnode_retries.py"),
+          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py")}
 _GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
 # Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
 # start first, and the short unit modules fill the workers' last minutes.
