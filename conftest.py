@@ -57,11 +57,11 @@ def _kind(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     phase = config.getoption("phase")
     if phase != "all":
-        keep = [i for i in items if (i.get_closest_marker(EXCLUSIVE) is not None) == (phase == EXCLUSIVE)]
-        dropped = [i for i in items if i not in set(keep)]
+        chosen = [(i.get_closest_marker(EXCLUSIVE) is not None) == (phase == EXCLUSIVE) for i in items]
+        dropped = [i for i, keep in zip(items, chosen, strict=True) if not keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+        items[:] = [i for i, keep in zip(items, chosen, strict=True) if keep]
     # Stable: the tests that need no build keep their order and come first.
     if _worker() is None:
         items.sort(key=lambda item: builds.rank(_needs(item)))
