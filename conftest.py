@@ -20,7 +20,7 @@ _PROC = pytest.StashKey()  # the background builds' process
 EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
 # Test modules that must not run beside each other, though each may run beside the rest: one
-# xdist group (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
+# scheduling unit (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
 # one at a time. The real node is one machine of 2 cores whose pods request CPU: at most two of
 # its MPI modules at once (and the deployed operator), so that its pods are never Pending for CPU
 # another module holds.
@@ -53,7 +53,6 @@ def _kind(item: pytest.Item) -> int:
     return next((i for i, prefix in enumerate(_KIND_ORDER) if path.startswith(prefix)), len(_KIND_ORDER))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     phase = config.getoption("phase")
     if phase != "all":
@@ -67,11 +66,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: builds.rank(_needs(item)))
     else:
         items.sort(key=lambda item: (builds.rank(_needs(item)), _kind(item)))
-    # --dist loadgroup: a module's tests on one worker, in their order, its module-scoped fixtures
-    # (a Kueue, a second scheduler, a Deployment) made once, as in a serial run.
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(path, path)))
+
+
+def _group(nodeid: str) -> str:
+    """The unit make test's workers take: a test module, or the GROUPS entry it belongs to."""
+    path = nodeid.split("::")[0]
+    return _GROUP_OF.get(path, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's loadscope scheduling with _group() as the scope: a module's tests on one worker, in
+    their order, its module-scoped fixtures (a Kueue, a second scheduler, a Deployment) made once, as
+    in a serial run; the modules of one GROUPS entry one after another on one worker. (Its
+    `xdist_group` marker cannot do it under pytest 9: xdist 3.8 renames the item through `_nodeid`,
+    which pytest 9 no longer reads, and the marker is silently ignored.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ModuleGroups(config, log)
 
 
 def _pid_file(config: pytest.Config) -> object:

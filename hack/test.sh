@@ -5,7 +5,7 @@
 #      (and stopped at the end if started here, unless KEEP_CLUSTER=1), before any pytest worker.
 #   2. The concurrent phase: every test but the `exclusive` ones, in TEST_WORKERS pytest-xdist workers
 #      (default 4: the e2e tests mostly wait on the cluster), each test module whole on one worker
-#      (--dist loadgroup, conftest.py), the modules in the order of a serial run.
+#      (--dist loadscope with conftest.py's scheduler: a module, or a group of modules, per unit).
 #   3. The exclusive phase: the tests that disturb what the others share (the real node's kubelet
 #      stopped) or need the machine to themselves for their timing, one after another.
 # PYTEST_ARGS=-n0 runs phase 2 serially too (it comes after -n and wins).
@@ -51,7 +51,7 @@ phase() {
   return "$rc"
 }
 first=0 second=0
-phase concurrent --phase=concurrent -n "$TEST_WORKERS" --dist loadgroup --no-loadscope-reorder "$@" || first=$?
+phase concurrent --phase=concurrent -n "$TEST_WORKERS" --dist loadscope --no-loadscope-reorder "$@" || first=$?
 phase exclusive --phase=exclusive "$@" || second=$?
 [ -f build/test-builds.log ] && log "background builds (build/test-builds.log): $(tail -n 6 build/test-builds.log | tr '\n' ' ')"
 [ "$first" != 0 ] && exit "$first"
