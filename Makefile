@@ -9,7 +9,7 @@ export CLUSTER_DIR
 IMAGE ?= mpijob-operator:dev
 PYTEST_ARGS ?=
 
-.PHONY: help venv crd install-manifest lint unit fuzz integration e2e e2e-kueue e2e-mpis kueue mpi-images test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
+.PHONY: help venv crd install-manifest lint unit fuzz integration faketime e2e e2e-kueue e2e-mpis kueue mpi-images test cluster-up cluster-down run demo demo-deployed bench kind-up kind-down image deploy undeploy clean
 
 help:
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | column -t -s $$'\t'
@@ -62,21 +62,25 @@ MATRIX ?= -m "not mpi_matrix"
 
 # Kueue and the MPI images are built before pytest starts, so a cold build is never inside a test's
 # 600 s timeout.
-e2e: $(PY) ## end-to-end tests: the operator as a process on the local cluster, both backends
+faketime: ## libfaketime unpacked into the cache, for e2e/test_verdict.py's clock skew (hack/faketime.sh; no root needed)
+	hack/faketime.sh >/dev/null
+
+e2e: $(PY) faketime ## end-to-end tests: the operator as a process on the local cluster, both backends
 	@echo ">> end-to-end tests (local cluster)"
 	$(PY) -m pytest e2e -q $(MATRIX) $(PYTEST_ARGS)
 
-e2e-mpis: $(PY) mpi-images ## every MPI x backend x runLauncherAsWorker on the real node, failure paths, discovery, the verdict scenarios (-s: times, hosts)
+e2e-mpis: $(PY) mpi-images faketime ## every MPI x backend x runLauncherAsWorker on the real node, failure paths, discovery, the verdict scenarios (-s: times, hosts)
 	$(PY) -m pytest e2e/test_realnode_mpis.py e2e/test_realnode_retries.py e2e/test_verdict.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: TAS, MultiKueue with a second cluster)
 	$(PY) -m pytest e2e/test_kueue.py e2e/test_kueue_topology.py e2e/test_kueue_multikueue.py -q $(PYTEST_ARGS)
 
-test: $(PY) ## lint, unit, integration and e2e tests (starts the local cluster itself; builds what tests need in the background)
-	@echo ">> lint"
-	$(VENV)/bin/ruff check .
-	@echo ">> all tests: unit, integration, e2e (the local cluster is started once and reused)"
-	$(PY) -m pytest tests e2e -q -p no:cacheprovider $(MATRIX) $(PYTEST_ARGS)
+# make test: hack/test.sh. Installs what the tests need (libfaketime), starts the local cluster, then
+# runs the tests side by side in TEST_WORKERS pytest-xdist workers (a module whole on one worker) and
+# the `exclusive` ones alone after them. PYTEST_ARGS=-n0: every test one after another, as before.
+TEST_WORKERS ?= 4
+test: $(PY) ## lint, unit, integration and e2e tests (installs what they need, starts the local cluster; PYTEST_ARGS=-n0: serially)
+	PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) hack/test.sh $(MATRIX) $(PYTEST_ARGS)
 
 cluster-up: ## the local cluster (kubeconfig at .cluster/kubeconfig); REAL_NODE=0 skips the real node
 	hack/cluster-up.sh

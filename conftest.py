@@ -1,8 +1,13 @@
 """Root conftest: the local-cluster fixtures (tests/cluster_fixtures.py) serve tests/ and e2e/ alike,
-and the cached builds some tests need run in the background while the others run
-(testsupport/builds.py)."""
+the cached builds some tests need run in the background while the others run
+(testsupport/builds.py), and `make test`'s two phases (hack/test.sh): the tests side by side in
+pytest-xdist workers, each module whole on one worker, then the `exclusive` ones alone
+(docs/development.md, "make test: two phases")."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
@@ -12,26 +17,134 @@ from testsupport.paths import ROOT
 pytest_plugins = ["tests.cluster_fixtures"]
 BUILDS_LOG = ROOT / "build" / "test-builds.log"
 _PROC = pytest.StashKey()  # the background builds' process
+EXCLUSIVE = "exclusive"
+PHASES = ("all", "concurrent", EXCLUSIVE)
+# Test modules that must not run beside each other, though each may run beside the rest: one
+# scheduling unit (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
+# one at a time. The real node is one machine of 2 cores whose pods request CPU: at most two of
+# its MPI modules at once (and the deployed operator), so that its pods are never Pending for CPU
+# another module holds.
+GROUPS = {"kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py"),
+          "realnode": ("e2e/test_realnode.py", "e2e/test_realnode_mpijob.py", "e2e/test_realnode_retries.py",
+                       "e2e/test_takeover.py"),
+          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py")}
+_GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
+# Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
+# start first, and the short unit modules fill the workers' last minutes.
+_KIND_ORDER = ("e2e/", "tests/integration/", "tests/unit/")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--phase", choices=PHASES, default="all",
+                     help="all: every test (the default); concurrent: all but the `exclusive` ones (make test's "
+                          "first phase, under pytest-xdist); exclusive: only those (its second phase, serial)")
+
+
+def _worker() -> str | None:
+    """This process's pytest-xdist worker id (gw0, gw1...), or None: the controller, or no xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def _needs(item: pytest.Item) -> tuple[str, ...]:
     return tuple(name for mark in item.iter_markers(builds.MARKER) for name in mark.args)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _kind(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0]
+    return next((i for i, prefix in enumerate(_KIND_ORDER) if path.startswith(prefix)), len(_KIND_ORDER))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("phase")
+    if phase != "all":
+        chosen = [(i.get_closest_marker(EXCLUSIVE) is not None) == (phase == EXCLUSIVE) for i in items]
+        dropped = [i for i, keep in zip(items, chosen, strict=True) if not keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i, keep in zip(items, chosen, strict=True) if keep]
     # Stable: the tests that need no build keep their order and come first.
-    items.sort(key=lambda item: builds.rank(_needs(item)))
+    if _worker() is None:
+        items.sort(key=lambda item: builds.rank(_needs(item)))
+    else:
+        items.sort(key=lambda item: (builds.rank(_needs(item)), _kind(item)))
+
+
+def _group(nodeid: str) -> str:
+    """The unit make test's workers take: a test module, or the GROUPS entry it belongs to."""
+    path = nodeid.split("::")[0]
+    return _GROUP_OF.get(path, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's loadscope scheduling with _group() as the scope: a module's tests on one worker, in
+    their order, its module-scoped fixtures (a Kueue, a second scheduler, a Deployment) made once, as
+    in a serial run; the modules of one GROUPS entry one after another on one worker. (Its
+    `xdist_group` marker cannot do it under pytest 9: xdist 3.8 renames the item through `_nodeid`,
+    which pytest 9 no longer reads, and the marker is silently ignored.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return ModuleGroups(config, log)
+
+
+def _pid_file(config: pytest.Config) -> object:
+    """Where the worker that starts the background builds writes its process id, for the controller
+    to stop it at the end: one file per run (xdist's testrunuid)."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID") or config.getoption("testrunuid", None)
+    return ROOT / "build" / f"test-builds.{uid}.pid" if uid else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller names the run, so that it finds the file its worker gw0 writes (_pid_file).
+    if _worker() is None and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None) \
+            and not config.getoption("testrunuid", None):
+        config.option.testrunuid = os.urandom(8).hex()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # Every worker collects the same tests: only gw0 (or a run without xdist) starts the builds.
+    if session.config.option.collectonly or _worker() not in (None, "gw0"):
         return
     names = builds.needed([_needs(item) for item in session.items])
     if names:
-        print(f"\n[builds] in the background, for the tests at the end: {', '.join(names)} (log: {BUILDS_LOG})")
-    session.config.stash[_PROC] = builds.start(names, BUILDS_LOG)
+        print(f"\n[builds] in the background, for the tests at the end: {', '.join(names)} (log: {BUILDS_LOG})",
+              file=sys.stderr if _worker() else sys.stdout)
+    proc = builds.start(names, BUILDS_LOG)
+    session.config.stash[_PROC] = proc
+    pid_file = _pid_file(session.config)
+    if proc is not None and _worker() is not None and pid_file is not None:
+        pid_file.write_text(str(proc.pid))
+
+
+_READY: set[str] = set()  # the builds this process saw done
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Before a test that needs a build, and outside its timeout (pytest-timeout's hook runs inside
+    this one): the build done. Workers side by side reach such a test sooner than a serial run, maybe
+    while the background process still compiles (a cold cache): the test would then wait for it
+    inside its 600 s. Each build script waits for the background's lock, then finds its cache; a
+    cache hit takes under a second, once per process and build."""
+    want = [name for name in builds.needed([_needs(item)]) if name not in _READY]
+    if want:
+        BUILDS_LOG.parent.mkdir(parents=True, exist_ok=True)
+        with BUILDS_LOG.open("a") as log:
+            print(f"[builds] {item.nodeid} waits for: {', '.join(want)}", file=log, flush=True)
+            builds.run(want, out=log)
+        _READY.update(want)
+    yield
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _worker() is not None:
+        return  # the builds outlive the worker that started them: the controller stops them
     builds.stop(session.config.stash.get(_PROC, None))
-
+    pid_file = _pid_file(session.config)
+    if pid_file is not None and pid_file.exists():
+        builds.stop_pid(int(pid_file.read_text()))
+        pid_file.unlink()

@@ -17,7 +17,9 @@ from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import apply, wait_condition
 from testsupport.operator_process import OperatorProcess
 
-pytestmark = pytest.mark.cluster
+# exclusive: a recovery timed to within 10 s: run alone (make test's second phase), not beside other
+# workers' operators on the same two cores.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 CUTS = 5  # down 3 s, up 3 s each: enough for the old code to reach its 30 s backoff cap
 DOWN, UP = 3.0, 3.0
 RECOVERY_LIMIT = 10.0

@@ -160,6 +160,9 @@ def _lookup(kubectl, ns: str, pod: str) -> tuple[int, float]:
     return r.returncode, time.monotonic() - t
 
 
+# Alone (make test's second phase): it gives a port of the real node's bridge, which every pod there
+# uses, the lowest MAC address there can be.
+@pytest.mark.exclusive
 def test_gateway_keeps_its_mac_when_the_pod_holding_the_lowest_goes(kubectl, realnode, namespace):
     """A Linux bridge without a MAC address of its own takes the lowest of its ports'. The pod whose
     host-side veth held it took the gateway's address with it when it was deleted, and every other

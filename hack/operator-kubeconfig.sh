@@ -11,6 +11,10 @@ CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 source "$here/lib/common.sh"
 out=${1:-$CLUSTER_DIR/operator.kubeconfig}
 
+# One caller at a time (make test's pytest-xdist workers each ask at their start): two client-side
+# applies creating one ClusterRole at once, the second is refused AlreadyExists.
+exec {APPLY_LOCK_FD}>"$CLUSTER_DIR/operator-kubeconfig.lock"
+flock "$APPLY_LOCK_FD"
 kubectl_admin apply --server-side --force-conflicts -f "$root/manifests/crd/kubeflow.org_mpijobs.yaml" >/dev/null
 kubectl_admin apply -k "$root/manifests/rbac" >/dev/null
 crd_established mpijobs.kubeflow.org

@@ -31,6 +31,11 @@ def kubeconfig() -> Iterator[str]:
     """Path of an admin kubeconfig for the local cluster (started here if it is not up)."""
     path = CLUSTER_DIR / "kubeconfig"
     started = False
+    if not _healthy(path) and os.environ.get("PYTEST_XDIST_WORKER"):
+        # One worker's session may end while the others still use the cluster: under pytest-xdist
+        # the cluster is started before the workers (hack/test.sh, make test) and stopped after them.
+        pytest.fail(f"the local cluster ({path}) is not up: start it before pytest -n (make cluster-up), or "
+                    "run make test, which does")
     if not _healthy(path):
         subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True, timeout=3600)
         started = True
@@ -47,10 +52,16 @@ def kubectl(kubeconfig: str) -> Kubectl:
     """Runs the cluster's kubectl; `kubectl("get", "pods", input=yaml, check=False)`."""
 
     def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
-        r = subprocess.run(
-            [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
-        )
+        for _ in range(2):
+            r = subprocess.run(
+                [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                input=input, capture_output=True, text=True, timeout=timeout,
+            )
+            # Two pytest-xdist workers applying one cluster-scoped object for the first time at once:
+            # client-side apply reads it (absent) and creates it, and the second create is refused
+            # AlreadyExists. Applied again, it patches the object the other worker created.
+            if not ("apply" in args and r.returncode != 0 and "(AlreadyExists)" in r.stderr):
+                break
         if check and r.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
         return r

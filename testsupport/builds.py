@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from testsupport.paths import ROOT
 
@@ -90,21 +91,48 @@ def stop(proc: subprocess.Popen | None) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run(names: list[str]) -> int:
-    """Builds `names` in BUILDS order, each to its cache; prints one line per build. The exit status
-    is that of the first build that failed (the rest still run: their tests may pass)."""
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (ended, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_pid(pid: int) -> None:
+    """stop() for a process known by its id only: the one a pytest-xdist worker started (conftest.py),
+    if that process still runs and is still the builds' (not a process that took its id since)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if b"testsupport.builds" not in cmdline:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run(names: list[str], out: TextIO | None = None) -> int:
+    """Builds `names` in BUILDS order, each to its cache; prints one line per build (to `out`, else
+    stdout). The exit status is that of the first build that failed (the rest still run: their tests
+    may pass)."""
     by_name = {b.name: b for b in BUILDS}
     status = 0
     for name in needed([tuple(names)]):
         b = by_name[name]
         if b.needs_root and os.geteuid() != 0:
-            print(f"[builds] {name}: skipped (needs root, as the real node does)", flush=True)
+            print(f"[builds] {name}: skipped (needs root, as the real node does)", file=out, flush=True)
             continue
         t0 = time.monotonic()
         # PIP_PYTHON: the operator image's wheel is built by this venv's pip, as `make image` does.
-        r = subprocess.run([str(ROOT / b.argv[0]), *b.argv[1:]], cwd=ROOT, stdout=subprocess.DEVNULL,
+        r = subprocess.run([str(ROOT / b.argv[0]), *b.argv[1:]], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out,
                            env={**os.environ, "PIP_PYTHON": sys.executable})
-        print(f"[builds] {name}: exit {r.returncode} after {time.monotonic() - t0:.0f}s", flush=True)
+        print(f"[builds] {name}: exit {r.returncode} after {time.monotonic() - t0:.0f}s", file=out, flush=True)
         status = status or r.returncode
     return status
 

@@ -15,6 +15,10 @@ CLUSTER_DIR=${CLUSTER_DIR:-$root/.cluster}
 source "$here/../lib/realnode.sh"
 [ $# -gt 0 ] || die "usage: $0 openmpi4|openmpi5|mpich|intel|mpis..."
 ctr --address "$SOCK" version >/dev/null 2>&1 || die "the real node's containerd ($SOCK) is not running: hack/realnode/up.sh"
+# One import at a time into this cluster's containerd: two test workers asking for one image at once
+# would both import it, and containerd refuses the second writer of the same content ("locked").
+exec {IMPORT_LOCK_FD}>"$CLUSTER_DIR/realnode-images.lock"
+flock "$IMPORT_LOCK_FD"
 have=$(ctr_k8s images ls -q 2>/dev/null || true)
 for want in "$@"; do
   while read -r name tarball refs; do

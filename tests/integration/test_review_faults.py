@@ -42,6 +42,7 @@ def _exists(client: RestClient, ns: str, name: str) -> bool:
 # -- item 4 ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.exclusive  # 3 s Leases timed by threads: alone (make test's second phase)
 def test_lease_lost_during_the_throttle_write_is_not_sent(kubeconfig, namespace):
     """The controller's bucket is empty: a write waits ~2 s for its token. The Lease is lost during
     that wait. Before the fix the leader check ran before the wait, so the write went out 2 s later
@@ -58,6 +59,7 @@ def test_lease_lost_during_the_throttle_write_is_not_sent(kubeconfig, namespace)
     assert not _exists(admin, namespace, "late-write"), "a write that passed the check went out late"
 
 
+@pytest.mark.exclusive  # 3 s Leases timed by threads: alone (make test's second phase)
 def test_lease_renewals_do_not_wait_behind_a_saturated_controller_bucket(kubeconfig, namespace):
     """The controller's client at --kube-api-qps=5 with reconciles queued on it (here: 8 threads
     reading as fast as the bucket lets them). The elector renews through main.lease_client (its own
@@ -95,6 +97,7 @@ def test_lease_renewals_do_not_wait_behind_a_saturated_controller_bucket(kubecon
 # -- item 9 ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.exclusive  # 3 s Leases timed by threads: alone (make test's second phase)
 def test_lease_released_only_after_the_workers_stopped(kubeconfig, namespace):
     """On a clean stop the elector first stops the workers (before_release: the controller's
     shutdown, which joins them), and only then gives the Lease up. Before the fix the Lease was

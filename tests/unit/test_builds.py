@@ -40,3 +40,24 @@ def test_every_build_script_exists_and_is_executable():
 def test_nothing_to_build_starts_no_process(tmp_path):
     assert builds.start([], tmp_path / "log") is None
     builds.stop(None)  # and stopping nothing is a no-op
+
+
+def test_stop_pid_ends_the_builds_a_worker_started_and_nothing_else():
+    """Under pytest-xdist, worker gw0 starts the background builds and the controller stops them by
+    their process id (conftest.py): the builds' process group ends, a process that is not the
+    builds' (an id taken since) is left alone."""
+    import subprocess
+    import sys
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    ours = subprocess.Popen([*sleeper, "testsupport.builds"], start_new_session=True)
+    other = subprocess.Popen(sleeper, start_new_session=True)
+    try:
+        builds.stop_pid(ours.pid)
+        assert ours.wait(timeout=30) != 0
+        builds.stop_pid(other.pid)
+        assert other.poll() is None, "a process that is not the builds' was stopped"
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()

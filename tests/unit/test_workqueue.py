@@ -181,6 +181,7 @@ def test_queue_drainage_using_shutdown_with_drain(q):
     assert finished.wait(2)
 
 
+@pytest.mark.exclusive  # 0.05 s told from 0.5 s by the clock: alone (make test's second phase)
 def test_no_queue_drainage_using_shutdown(q):
     q.add(1)
     q.get()
@@ -255,6 +256,7 @@ def test_add_after_zero_is_immediate(q):
     assert len(q) == 1
 
 
+@pytest.mark.exclusive  # 0.05 s told from 0.5 s by the clock: alone (make test's second phase)
 def test_deduping_earlier_wins(q):
     # a later add_after does not push the item back
     t0 = time.monotonic()
