@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import structlog
 
 from client.errors import CONNECTION_ERRORS, ApiError
-from client.resources import MPIJOBS, resource_for
+from client.resources import MPIJOBS, NETWORKPOLICIES, resource_for
 from controller import evidence, logs, metrics, sshkeys
 from controller.config import Options
 from controller.executor import (
@@ -243,9 +243,13 @@ class MPIJobController(InformerWiring):
         the next pass on; the name is looked at again every few seconds, since no informer shows an
         object without our labels."""
         metrics.reconcile_errors.labels("ResourceExists").inc()
-        if (mem.taken or (None,))[0] != str(e):
+        policy = e.kind == NETWORKPOLICIES.kind  # costs the MPIJob its isolation only (reconcilers/netpol.py)
+        if ((mem.policy_taken if policy else mem.taken) or (None,))[0] != str(e):
             log.warning("a child's name is taken", error=str(e))
-        mem.taken = (str(e), e.path)
+        if policy:
+            mem.policy_taken = (str(e), e.path)
+        else:
+            mem.taken = (str(e), e.path)
         self.queue.add(key)
         return False
 
@@ -259,7 +263,8 @@ class MPIJobController(InformerWiring):
             return True
         mem = self.memory.of(key, mpijob["metadata"].get("uid"))
         taken = self._still_taken(mem)
-        if taken:
+        policy_taken = self._still_taken(mem, policy=True) is not None
+        if taken or policy_taken:
             self.queue.add_after(key, TAKEN_RECHECK_SECONDS)
         if not self._caught_up(key):
             log.debug("waiting for the cache to show our writes", pending=len(self.expectations.pending(key)))
@@ -277,7 +282,8 @@ class MPIJobController(InformerWiring):
         with self.memory.lock:  # the pod informer's thread appends to it
             gone = tuple(mem.gone_workers)
         inputs = Inputs(mpijob, observed, self.config, self.now(), self.keygen, refusal=last,
-                        taken=taken, settle_s=self._settle(mem, mpijob), reports=dict(mem.reports),
+                        taken=taken, policy_taken=policy_taken, settle_s=self._settle(mem, mpijob),
+                        reports=dict(mem.reports),
                         gone_workers=gone, disrupted=disrupted)
         plan = make_plan(inputs)
         showing = last is not None and not mem.refusal_shown
@@ -375,15 +381,19 @@ class MPIJobController(InformerWiring):
             else:
                 kept.held_since = None
 
-    def _still_taken(self, mem: JobMemory) -> str | None:
-        """The message of a name found taken by a foreign object, while that object exists."""
-        found = mem.taken
+    def _still_taken(self, mem: JobMemory, policy: bool = False) -> str | None:
+        """The message of a name found taken by a foreign object, while that object exists (`policy`:
+        the NetworkPolicy's name, else any other child's)."""
+        found = mem.policy_taken if policy else mem.taken
         if found is None:
             return None
         if self.executor.exists(found[1]):
             return found[0]
         log.info("the object in the way is gone", detail=found[0])
-        mem.taken = None
+        if policy:
+            mem.policy_taken = None
+        else:
+            mem.taken = None
         return None
 
     def _caught_up(self, key: str) -> bool:

@@ -268,7 +268,8 @@ def test_foreign_job_name_another_operators_pod_of_the_same_name_keeps_its_ingre
     web = f"{other['pytorch-pi-master']}:8080"
     names[web] = "the PyTorchJob pod's port 8080"
     # HTTP: the server speaks only when spoken to (probe() waits for a banner, as sshd sends one)
-    from_outside = {web: _http(kubectl, *outsider, web)}
+    # (a refused connection is its server not listening yet, never the policy, which drops: timeout)
+    from_outside = {web: _http_listening(kubectl, *outsider, web)}
     from_pytorch = probe(kubectl, namespace, "pytorch-pi-master", list(names.keys() - {web}))
     from_launcher = probe(kubectl, namespace, launcher, list(names.keys() - {web}))
     print(f"\n[isolation] pi's policy {policy['metadata']['name']} selects {policy['spec']['podSelector']}")
@@ -321,6 +322,17 @@ def _http(kubectl, ns: str, pod: str, target: str) -> str:
               "rc=$?; case $rc:$out in 0:*) echo \"open $out\";; 124:*) echo timeout;; *refused*) echo refused;; "
               "*) echo \"error $rc $out\";; esac")
     return kubectl("-n", ns, "exec", pod, "--", "bash", "-c", script, "http", target, timeout=30).stdout.strip()
+
+
+def _http_listening(kubectl, ns: str, pod: str, target: str, timeout: float = 60) -> str:
+    """_http once the target's server listens: a refused connection (nothing listens yet: python's
+    http.server starts in a second or ten on a busy node) is tried again; any other answer stands."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _http(kubectl, ns, pod, target)
+        if got != "refused" or time.monotonic() > deadline:
+            return got
+        time.sleep(1)
 
 
 def _admits(selector: dict, labels: dict) -> bool:

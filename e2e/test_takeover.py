@@ -82,11 +82,13 @@ def test_takeover_of_the_go_operators_mpijobs_mid_run(kubectl, realnode, mpi_ima
         # 1. A taken-over MPIJob suspended (its pods stopped, which also leaves the real node's CPU to the other)...
         patch = lambda v: kubectl("-n", namespace, "patch", "mpijobs.kubeflow.org", "sus", "--type=merge",  # noqa: E731
                                   "-p", json.dumps({"spec": {"runPolicy": {"suspend": v}}}))
+        upstreams = get(kubectl, namespace, "job", "sus-launcher")["metadata"]["uid"]
         patch(True)
         wait_until(lambda: not _live(role_pods(kubectl, namespace, "sus", "worker")
                                      + role_pods(kubectl, namespace, "sus", "launcher")), 120, what="sus stopped")
-        wait_until(lambda: get(kubectl, namespace, "job", "sus-launcher") is None, 60,
-                   what="upstream's launcher Job gone")
+        # gone, or already replaced by this operator's own, suspended (reconcilers/takeover.py suspend)
+        wait_until(lambda: ((get(kubectl, namespace, "job", "sus-launcher") or {}).get("metadata") or {}).get(
+            "uid") != upstreams, 60, what="upstream's launcher Job gone")
         # 2. A bare worker lost mid-run comes back, as upstream makes it.
         victim = bare["kill-worker-0"]
         t_kill = time.monotonic()

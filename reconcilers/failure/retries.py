@@ -237,7 +237,9 @@ def disrupted_success(ctx: JobContext) -> Obj | None:
     """The launcher pod that exited 0 while a disruption ended it (a drain, a preemption): no finish,
     whatever its exit code. Its mpirun was told to stop, and Open MPI 5's exits 0 on SIGTERM as
     readily as after its ranks finished. The run goes on in a launcher Job made afresh (`relaunch`)."""
-    done = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") == "Succeeded"]
+    # (_launchers: a disrupted pod goes from the cache soon after its end, before a plan may see it
+    # there; the controller remembers it, Inputs.disrupted)
+    done = [p for p in _launchers(ctx) if (p.get("status") or {}).get("phase") == "Succeeded"]
     newest = max(done, key=lambda p: _order(p, 0)) if done else None
     return newest if newest is not None and disruption(newest) is not None else None
 
