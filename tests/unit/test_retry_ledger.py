@@ -46,6 +46,16 @@ def writes(p) -> int:
     return len(p.patches) + len(p.creates) + len(p.deletes) + (p.status is not None) + len(p.events)
 
 
+def two_counted_failures(job: dict, obs, backend: str) -> tuple[dict, object]:
+    """Two launcher pods failed one after the other, each announced and counted."""
+    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
+    for pods in ([a], [a, b]):
+        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
+                                            backend))
+    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    return job, obs
+
+
 # -- many_attempts --------------------------------------------------------------------------------------------
 
 
@@ -160,11 +170,7 @@ def test_ledger_count_survives_failed_pods_removed(backend):
     third failure still exceeds the budget. Counted from the cache, the count fell to 1 and the run
     went on."""
     job, obs = running_state(job_with(backoff=2), backend)
-    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
-    for pods in ([a], [a, b]):
-        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
-                                            backend))
-    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    job, obs = two_counted_failures(job, obs, backend)
     c = stamped(failed_launcher(job, 2, code=1), 60)
     p = run(job, with_pods(obs, [c, *workers(job, backend)], failed=1), backend)
     failed = cond(p.status, st.FAILED)
@@ -268,11 +274,7 @@ def test_ledger_count_carried_when_a_resume_makes_the_launcher_afresh(backend):
     from tests.unit.sim import at, converge
 
     job, obs = running_state(job_with(backoff=3), backend)
-    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
-    for pods in ([a], [a, b]):
-        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
-                                            backend))
-    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    job, obs = two_counted_failures(job, obs, backend)
     job["spec"]["runPolicy"]["suspend"] = True
     job, obs, _ = converge(job, replace(obs, pods=[]), backend, now=at(100))
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {"flavor": "a100"}
