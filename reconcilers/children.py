@@ -16,7 +16,7 @@ from reconcilers import desired, diff, elastic, names, netpol, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
-from reconcilers.failure import retries
+from reconcilers.failure import ledger
 from reconcilers.types import Create, Obj, SSHKey
 
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
@@ -198,7 +198,7 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
             if ownership.stale_alive(ctx.pods, names.ROLE_WORKER):
                 draft.requeue(STALE_RECHECK_SECONDS)  # a predecessor's worker pod is still stopping
             else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
-                draft.plan.creates.append(Create(retries.carry(ctx, want)))
+                draft.plan.creates.append(Create(ledger.carry(ctx, want)))
         return
     if not ctx.owned(have) or ownership.deleting(have):
         return  # a clash (reported), or a recreation under way: created again once gone
@@ -229,12 +229,12 @@ def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
             if ownership.stale_alive(ctx.pods, names.ROLE_LAUNCHER):
                 draft.requeue(STALE_RECHECK_SECONDS)
             else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
-                draft.plan.creates.append(Create(retries.carry(ctx, want)))
+                draft.plan.creates.append(Create(ledger.carry(ctx, want)))
         return
     if not ctx.owned(have) or ownership.deleting(have) or takeover.upstream_shaped(ctx):
         return  # (an upstream launcher Job runs as upstream made it: its template is immutable)
     if running and diff.recreate_on_resume(want, have):
-        retries.hand_over(ctx, draft, retries.ledger(have))  # the retries used are the MPIJob's
+        ledger.hand_over(ctx, draft, ledger.read(have))  # the retries used are the MPIJob's
         draft.recreate(have, "resume: recreate the launcher from the current template")
         return
     if hold and (have.get("spec") or {}).get("suspend"):

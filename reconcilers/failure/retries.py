@@ -25,44 +25,32 @@ disruption is first seen, else the attempt running then. A retry that starts bef
 replacement worker runs, and fails for want of it, is counted: an eviction whose replacement cannot
 be scheduled ends the run once the budget is spent (docs/architecture.md section 11).
 
-The ledger (annotation LEDGER on the launcher Job, JSON) keeps what must outlive the pods, the
-cache and the operator, in a size that does not grow with the attempts:
-- `failed` and `counted`: the failed attempts announced so far and how many of them count. The
-  MPIJob's count is the ledger's, the cache only adding the attempts not announced yet: a failed pod
-  removed by a user or the pod GC lowers nothing.
-- `last`: the newest attempt announced. Attempts are ordered (a launcher pod is made only after the
-  one before it ended; runs in place follow each other), so an attempt at or before it is old news;
-  it keeps the second the newest pod was made and, for the pods made in that second (their names are
-  random), each one's last run.
-- `notCounted`: the bindings of disruptions, attempt -> the disruption, kept while the attempt is not
-  announced or the disrupted pod is still seen (so that one disruption never binds twice).
-A launcher Job made afresh takes the ledger of the one it replaces (carried on the hostfile
-ConfigMap in between: `relaunch`, `carry`), so the budget is the MPIJob's, not one Job's.
+What must outlive the pods, the cache and the operator is kept in the ledger on the launcher Job
+(reconcilers/failure/ledger.py).
 
 How the launcher runs again, in place or in a new pod: reconcilers/failure/restartpolicy.py.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reconcilers import desired, diff, names, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.failure.ledger import LEDGER, Ledger, hand_over, job_limit
+from reconcilers.failure.ledger import read as ledger
 from reconcilers.failure.restartpolicy import (
     DISRUPTION_TARGET,
     EXIT_CODE,
     PERMANENT_EXIT_CODES,
     backoff_limit,
-    job_backoff_limit,
     launcher_container_name,
     launcher_policy,
 )
 from reconcilers.types import Obj, Patch
 
-LEDGER = "mpijob-operator.dev/launcher-retries"
 # The Failed reason of restartPolicy ExitCode names the code, PermanentExitCode<N> (issue 35: "its
 # reason naming the code"); clients match the prefix (README, "Troubleshooting").
 R_PERMANENT_EXIT_CODE = "PermanentExitCode"
@@ -244,81 +232,7 @@ def disrupted_success(ctx: JobContext) -> Obj | None:
     return newest if newest is not None and disruption(newest) is not None else None
 
 
-# -- the ledger -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ledger:
-    failed: int = 0  # failed attempts announced
-    counted: int = 0  # of them, counted against runPolicy.backoffLimit
-    excused: int = 0  # of them, not counted by a ledger entry (the launcher Job counted them: its limit makes up)
-    # The newest announced: the second its pod was made (creationTimestamp) and, for the pods made in
-    # that second (names are random within it), each one's last run announced.
-    last_at: str = ""
-    last_runs: tuple[tuple[str, int], ...] = ()
-    not_counted: tuple[tuple[str, Obj], ...] = ()  # attempt -> {worker|launcher, uid, why[, announced]}
-    seen: tuple[str, ...] = ()  # announced attempts, as a ledger of an earlier version named them (read only)
-
-    @property
-    def entries(self) -> dict[str, Obj]:
-        return dict(self.not_counted)
-
-    def announced(self, f: Failure) -> bool:
-        at, pod, run = f.order
-        if f.attempt in self.seen or (self.last_runs and at < self.last_at):
-            return True
-        runs = dict(self.last_runs)
-        return at == self.last_at and pod in runs and run <= runs[pod]
-
-    def after(self, news: list[Failure]) -> tuple[str, tuple[tuple[str, int], ...]]:
-        """(last_at, last_runs) once `news` are announced too."""
-        at = max([self.last_at, *(f.order[0] for f in news)])
-        runs = dict(self.last_runs) if at == self.last_at else {}
-        for f in news:
-            if f.order[0] == at:
-                runs[f.order[1]] = max(runs.get(f.order[1], -1), f.order[2])
-        return at, tuple(sorted(runs.items()))
-
-    def to_json(self) -> str:
-        body: Obj = {"failed": self.failed, "counted": self.counted, "excused": self.excused,
-                     "notCounted": self.entries}
-        if self.last_runs:
-            body["last"] = {"at": self.last_at, "runs": dict(self.last_runs)}
-        return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-def _last(value: object) -> tuple[str, tuple[tuple[str, int], ...]]:
-    if not isinstance(value, dict) or not isinstance(value.get("at"), str) or not isinstance(value.get("runs"), dict):
-        return "", ()
-    runs = tuple(sorted((k, v) for k, v in value["runs"].items() if isinstance(v, int) and not isinstance(v, bool)))
-    return value["at"], runs
-
-
-def parse(raw: object) -> Ledger:
-    """A ledger from its JSON; garbage reads as empty. A ledger of an earlier version (a list `seen`,
-    no `counted`) reads with its not-counted entries taken off its count."""
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return Ledger()
-    if not isinstance(value, dict):
-        return Ledger()
-    failed, seen, nc, cnt = value.get("failed"), value.get("seen"), value.get("notCounted"), value.get("counted")
-    entries = tuple(sorted((k, v) for k, v in nc.items() if isinstance(v, dict))) if isinstance(nc, dict) else ()
-    seen = tuple(a for a in seen if isinstance(a, str)) if isinstance(seen, list) else ()
-    failed = failed if isinstance(failed, int) and failed >= 0 else 0
-    bound = sum(1 for k, _ in entries if k in seen)
-    if not (isinstance(cnt, int) and 0 <= cnt <= failed):
-        cnt = max(0, failed - bound)
-    exc = value.get("excused")
-    exc = exc if isinstance(exc, int) and 0 <= exc <= failed - cnt else min(bound, failed - cnt)
-    at, runs = _last(value.get("last"))
-    return Ledger(failed, cnt, exc, at, runs, entries, seen)
-
-
-def ledger(launcher: Obj | None) -> Ledger:
-    """The ledger kept on the launcher Job (or carried on the ConfigMap); an unreadable one reads as empty."""
-    return parse((((launcher or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER))
+# -- disruptions bound to attempts -----------------------------------------------------------------
 
 
 def _current_attempt(ctx: JobContext) -> str | None:
@@ -375,7 +289,8 @@ def bind(ctx: JobContext, book: Ledger) -> dict[str, Obj]:
         if uid in used:
             continue
         used.add(uid)
-        fresh = [f.attempt for f in fails if f.counted and not book.announced(f) and f.attempt not in out]
+        fresh = [f.attempt for f in fails
+                 if f.counted and not book.announced(f.attempt, f.order) and f.attempt not in out]
         current = _current_attempt(ctx)
         target = fresh[0] if fresh else current if current not in out else None
         if target is not None:
@@ -417,7 +332,7 @@ class Accounts:
     @property
     def news(self) -> list[Failure]:
         """The failed attempts not announced yet, oldest first."""
-        return [f for f in self.fails if not self.book.announced(f)]
+        return [f for f in self.fails if not self.book.announced(f.attempt, f.order)]
 
     @property
     def newest(self) -> Failure | None:
@@ -444,16 +359,12 @@ class Accounts:
         news = self.news
         b = self.book
         if not news:
-            return Ledger(b.failed, b.counted, b.excused, b.last_at, b.last_runs, tuple(sorted(self.entries.items())),
-                          b.seen)
+            return replace(b, not_counted=tuple(sorted(self.entries.items())))
         done = {f.attempt for f in news}
         entries = {k: ({**v, "announced": True} if k in done else v) for k, v in self.entries.items()}
-        return Ledger(self.total, self.total_counted, b.excused + sum(1 for f in news if f.excused), *b.after(news),
+        excused = b.excused + sum(1 for f in news if f.excused)
+        return Ledger(self.total, self.total_counted, excused, *b.after([f.order for f in news]),
                       tuple(sorted(entries.items())))
-
-    def pending(self, book: Ledger) -> int:
-        """Entries bound to an attempt not announced yet (the one running): not counted when it fails."""
-        return sum(1 for v in book.entries.values() if not v.get("announced"))
 
     def shown(self, announcing: bool) -> int:
         """replicaStatuses.Launcher.failed: the launcher's failed attempts, in new pods or in place."""
@@ -477,12 +388,6 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     return Accounts(book, entries, failures(ctx, entries), job_failed)
 
 
-def _job_limit(ctx: JobContext, accounts: Accounts, book: Ledger) -> int:
-    pod_spec = ((((ctx.launcher or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
-    free = book.excused + accounts.pending(book)
-    return job_backoff_limit(backoff_limit(ctx.job), free, pod_spec.get("restartPolicy") or "Never")
-
-
 def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, ledger_only: bool = False) -> None:
     """The launcher Job's ledger and backoffLimit brought to what the operator counts (one merge
     patch; nothing when they match). `ledger_only`: the upstream operator's launcher Job
@@ -492,10 +397,8 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
     if launcher is None or not ctx.owned(launcher) or (launcher.get("metadata") or {}).get("deletionTimestamp"):
         return
     old = accounts.book
-    book = accounts.announced() if announcing else Ledger(old.failed, old.counted, old.excused, old.last_at,
-                                                          old.last_runs, tuple(sorted(accounts.entries.items())),
-                                                          old.seen)
-    limit = _job_limit(ctx, accounts, book)
+    book = accounts.announced() if announcing else replace(old, not_counted=tuple(sorted(accounts.entries.items())))
+    limit = job_limit(ctx.job, launcher, book)
     patch: Obj = {}
     if book != old:
         patch["metadata"] = {"annotations": {LEDGER: book.to_json()}}
@@ -525,37 +428,6 @@ def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
     hand_over(ctx, draft, accounts.announced())
     draft.recreate(launcher, "its pod was disrupted and exited 0: not a finish, the launcher runs again")
     return True
-
-
-def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
-    """The ledger of a launcher Job about to be deleted and made afresh, kept on the hostfile ConfigMap
-    (the child that lives as long as the MPIJob runs) until the new Job carries it (`carry`).
-    Nothing is written for an empty ledger, or when the ConfigMap holds this one already."""
-    config_map = ctx.observed.config_map
-    if config_map is None or not ctx.owned(config_map) or book == Ledger():
-        return
-    kept = Ledger(book.failed, book.counted, book.excused,
-                  not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
-    held = ((config_map.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
-    if held != kept.to_json():
-        draft.plan.patches.append(Patch(diff.ref_of(config_map), {"metadata": {"annotations": {
-            LEDGER: kept.to_json()}}}, "the launcher's retries, handed to the launcher Job made afresh"))
-
-
-def carry(ctx: JobContext, launcher: Obj) -> Obj:
-    """The launcher Job to create, with the ledger carried from the one it replaces (`relaunch`)."""
-    raw = (((ctx.observed.config_map or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER)
-    if not isinstance(raw, str) or not ctx.owned(ctx.observed.config_map):
-        return launcher
-    book = parse(raw)
-    meta = launcher.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), LEDGER: book.to_json()}
-    limit = job_backoff_limit(backoff_limit(ctx.job), book.excused + sum(1 for v in book.entries.values()
-                                                                         if not v.get("announced")),
-                              ((launcher.get("spec") or {}).get("template") or {}).get("spec", {}).get(
-                                  "restartPolicy") or "Never")
-    launcher.setdefault("spec", {})["backoffLimit"] = limit
-    return launcher
 
 
 # -- what the status says ---------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 from reconcilers import desired as dz
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
+from reconcilers.failure import ledger, retries
 from reconcilers.failure import restartpolicy as rp
-from reconcilers.failure import retries
 from reconcilers.types import Config, Observed
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, mpijob, pod, run, running_state, with_status
 
@@ -73,7 +73,7 @@ def with_pods(obs: Observed, pods: list[dict], **launcher_status) -> Observed:
 
 
 def not_counted(patch: dict) -> dict:
-    return json.loads(patch["metadata"]["annotations"][retries.LEDGER])["notCounted"]
+    return json.loads(patch["metadata"]["annotations"][ledger.LEDGER])["notCounted"]
 
 
 def launcher_patch(p) -> dict | None:
@@ -252,7 +252,7 @@ def test_disruption_of_an_on_failure_launcher_raises_the_jobs_limit():
 
 def test_disruption_ledger_garbage_is_an_empty_ledger():
     for raw in ("{", "[]", "3", "", '{"failed": -1, "last": 3, "notCounted": []}'):
-        assert retries.ledger({"metadata": {"annotations": {retries.LEDGER: raw}}}) == retries.Ledger()
+        assert ledger.read({"metadata": {"annotations": {ledger.LEDGER: raw}}}) == ledger.Ledger()
 
 
 # -- restartPolicy ExitCode -------------------------------------------------------------------------------------
@@ -419,7 +419,7 @@ def test_a_failed_pod_leaving_the_cache_is_no_news():
     job, obs = apply_plan(job, obs, p)
     p = run(job, with_pods(obs, [a, *workers(job, "job")], active=0, ready=0), "job")
     assert st.R_RESTARTING not in [e[0] for e in events(p)], p.events
-    book = json.loads(obs.launcher["metadata"]["annotations"][retries.LEDGER])
+    book = json.loads(obs.launcher["metadata"]["annotations"][ledger.LEDGER])
     assert (book["failed"], book["last"]) == (2, {"at": "2025-01-01T12:01:00Z", "runs": {"pi-launcher-abc1": 0}})
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
+from reconcilers.failure import ledger
 from reconcilers.failure import restartpolicy as rp
-from reconcilers.failure import retries
 from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, pod, run, running_state
@@ -38,12 +38,22 @@ def stamped(p: dict, second: int) -> dict:
     return p
 
 
-def book_of(obs) -> retries.Ledger:
-    return retries.ledger(obs.launcher)
+def book_of(obs) -> ledger.Ledger:
+    return ledger.read(obs.launcher)
 
 
 def writes(p) -> int:
     return len(p.patches) + len(p.creates) + len(p.deletes) + (p.status is not None) + len(p.events)
+
+
+def two_counted_failures(job: dict, obs, backend: str) -> tuple[dict, object]:
+    """Two launcher pods failed one after the other, each announced and counted."""
+    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
+    for pods in ([a], [a, b]):
+        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
+                                            backend))
+    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    return job, obs
 
 
 # -- many_attempts --------------------------------------------------------------------------------------------
@@ -64,7 +74,7 @@ def test_many_attempts_each_announced_once_and_the_ledger_stays_small(backend):
         p = run(job, obs, backend)
         assert [e for e in events(p) if e[0] == st.R_RESTARTING], (batch, events(p))
         job, obs = apply_plan(job, obs, p)
-        sizes.append(len(obs.launcher["metadata"]["annotations"][retries.LEDGER]))
+        sizes.append(len(obs.launcher["metadata"]["annotations"][ledger.LEDGER]))
     assert book_of(obs).failed == 75 and book_of(obs).counted == 75
     assert max(sizes) < 200, sizes
     p = run(job, obs, backend)  # nothing new: Running again, once, and then nothing written, nothing said
@@ -93,11 +103,11 @@ def test_many_attempts_ledger_of_the_earlier_version_reads_on():
     not-counted attempts are off the count, and the attempts it lists are not announced again."""
     old = json.dumps({"failed": 3, "seen": ["pi-launcher-abc0#0", "pi-launcher-abc1#0", "pi-launcher-abc2#0"],
                       "notCounted": {"pi-launcher-abc1#0": {"worker": "pi-worker-1", "uid": "u", "why": "w"}}})
-    book = retries.parse(old)
+    book = ledger.parse(old)
     assert (book.failed, book.counted) == (3, 2)
     job, obs = running_state(job_with(backoff=3), "job")
     obs = replace(obs, launcher={**obs.launcher, "metadata": {**obs.launcher["metadata"],
-                                                               "annotations": {retries.LEDGER: old}}})
+                                                               "annotations": {ledger.LEDGER: old}}})
     pods = [failed_launcher(job, i, code=1) for i in range(3)]
     p = run(job, with_pods(obs, [*pods, *workers(job, "job")], failed=3), "job")
     assert st.R_RESTARTING not in [e[0] for e in events(p)], events(p)
@@ -160,11 +170,7 @@ def test_ledger_count_survives_failed_pods_removed(backend):
     third failure still exceeds the budget. Counted from the cache, the count fell to 1 and the run
     went on."""
     job, obs = running_state(job_with(backoff=2), backend)
-    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
-    for pods in ([a], [a, b]):
-        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
-                                            backend))
-    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    job, obs = two_counted_failures(job, obs, backend)
     c = stamped(failed_launcher(job, 2, code=1), 60)
     p = run(job, with_pods(obs, [c, *workers(job, backend)], failed=1), backend)
     failed = cond(p.status, st.FAILED)
@@ -227,7 +233,7 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
     assert msg.endswith("the launcher Job is made afresh."), msg
     assert [(d.ref.kind, d.ref.name, d.propagation) for d in p.deletes] == [("Job", "pi-launcher", "Foreground")]
     carried = next(x.patch for x in p.patches if x.ref.kind == "ConfigMap")
-    book = retries.parse(carried["metadata"]["annotations"][retries.LEDGER])
+    book = ledger.parse(carried["metadata"]["annotations"][ledger.LEDGER])
     assert (book.failed, book.counted) == (1, 0)
     # Foreground: the pod goes first, the Job (still Complete) after: it decides nothing meanwhile
     going = {**obs.launcher, "metadata": {**obs.launcher["metadata"], "deletionTimestamp": "2025-01-01T12:01:00Z"}}
@@ -238,7 +244,7 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
     # the launcher Job is gone: a new one, with the carried ledger and a limit that leaves that attempt out
     p = run(job, replace(obs, pods=list(workers(job, backend))), backend)
     (new,) = [c.obj for c in p.creates if c.obj["kind"] == "Job" and c.obj["metadata"]["name"] == "pi-launcher"]
-    assert retries.ledger(new).failed == 1 and new["spec"]["backoffLimit"] == 0 + rp.NET  # the Job ignores it
+    assert ledger.read(new).failed == 1 and new["spec"]["backoffLimit"] == 0 + rp.NET  # the Job ignores it
     job, obs = apply_plan(job, obs, p)
     done = stamped(pod(job, "launcher", 1, phase="Succeeded", containerStatuses=[{
         "name": "launcher", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]), 90)
@@ -268,11 +274,7 @@ def test_ledger_count_carried_when_a_resume_makes_the_launcher_afresh(backend):
     from tests.unit.sim import at, converge
 
     job, obs = running_state(job_with(backoff=3), backend)
-    a, b = stamped(failed_launcher(job, 0, code=1), 0), stamped(failed_launcher(job, 1, code=1), 30)
-    for pods in ([a], [a, b]):
-        job, obs = apply_plan(job, obs, run(job, with_pods(obs, [*pods, *workers(job, backend)], failed=len(pods)),
-                                            backend))
-    assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
+    job, obs = two_counted_failures(job, obs, backend)
     job["spec"]["runPolicy"]["suspend"] = True
     job, obs, _ = converge(job, replace(obs, pods=[]), backend, now=at(100))
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {"flavor": "a100"}
