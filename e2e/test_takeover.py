@@ -25,7 +25,7 @@ from testsupport.paths import ROOT
 from testsupport.upstream_rbac import bind, unbind
 from testsupport.waiting import wait_until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images", "mpi-operator-go")]
 
 PI = ["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi"]
 
