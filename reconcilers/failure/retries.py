@@ -457,14 +457,18 @@ def _in_place_next(ctx: JobContext, f: Failure) -> bool:
 
 
 def lost_workers(ctx: JobContext) -> list[str]:
-    """What ended each worker pod that is gone or going (for messages): disrupted, or deleted/ended."""
+    """What ended each worker pod that is gone or going (for messages): disrupted, or deleted/ended;
+    those whose delete the controller saw though the cache no longer holds them included
+    (Inputs.gone_workers, as workerloss.py counts them: a replaced pod goes in a fraction of a second)."""
     out = []
-    for pod in ctx.pods.workers:
+    cached = {_uid(p) for p in ctx.pods.workers}
+    gone = [p for p in ctx.inputs.gone_workers if _uid(p) not in cached]
+    for pod in [*ctx.pods.workers, *gone]:
         c = disruption(pod)
         if c is not None:
             out.append(f"worker {desired.pod_hostname(pod)} was disrupted ({_disruption_text(c)})")
-        elif (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-                "Succeeded", "Failed"):
+        elif pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
+                pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             out.append(f"worker {desired.pod_hostname(pod)} was lost")
     return out
 

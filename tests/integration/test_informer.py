@@ -166,6 +166,9 @@ class _Events(list):
         pass
 
 
+# exclusive: "nothing seen while down" races the watch thread, which may read the DELETE before the
+# disconnect reaches it when the machine is busy (seen twice under make test's concurrent phase)
+@pytest.mark.exclusive
 def test_outage_ending_in_410_relists_with_tombstones(client, namespace):
     rec = Recorder()
     for n in "abc":
