@@ -4,23 +4,13 @@ tests/integration/test_crd_fuzz.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
 
-from testsupport.paths import ROOT
+from testsupport.paths import load_hack_script
 
-
-def _load_gen_crd():
-    """hack/gen_crd.py is a script of hack/, not a package: loaded from its path."""
-    spec = importlib.util.spec_from_file_location("gen_crd", ROOT / "hack" / "gen_crd.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_crd = _load_gen_crd()
+gen_crd = load_hack_script("gen_crd")
 
 REF = "#/components/schemas/"
 DEFS = {

@@ -5,24 +5,14 @@ the e2e suite applies the file (hack/deploy.sh, e2e/test_deployed.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import yaml
 
-from testsupport.paths import ROOT
+from testsupport.paths import ROOT, load_hack_script
 
 FILE = ROOT / "deploy" / "mpijob-operator.yaml"
 
 
-def _load_gen_install():
-    """hack/gen_install.py is a script of hack/, not a package: loaded from its path."""
-    spec = importlib.util.spec_from_file_location("gen_install", ROOT / "hack" / "gen_install.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_install = _load_gen_install()
+gen_install = load_hack_script("gen_install")
 
 
 def test_install_manifest_is_what_manifests_render():
