@@ -74,6 +74,11 @@ class SecondScheduler:
             if p.poll() is not None:
                 raise RuntimeError(f"{log.name} exited with {p.returncode}:\n{log.read_text()[-3000:]}")
 
+    def lines_about(self, ns: str, name: str, last: int = 40) -> str:
+        """The scheduler's last log lines about MPIJob `name`'s pods: why a wait for them failed."""
+        lines = self.logs[0].read_text(errors="replace").splitlines()
+        return "\n".join([ln[:400] for ln in lines if f"{ns}/{name}-" in ln][-last:])
+
 
 def scheduler_config(kubeconfig: str, name: str) -> str:
     """A KubeSchedulerConfiguration with one profile, `name`, that gang-schedules through
@@ -297,7 +302,29 @@ def succeeded(kubectl, ns: str, name: str) -> bool:
     return conditions(kubectl, ns, name).get("Succeeded", {}).get("status") == "True"
 
 
-def run_a_then_b(kubectl, ns: str, placement: dict, op, backend: str, mode: str) -> dict:
+def wait_all_bound(kubectl, ns: str, name: str, scheduler: SecondScheduler | None, what: str,
+                   timeout: float = 120) -> None:
+    """Until every pod of MPIJob `name` has been bound (ever_bound). A scheduler that exits is named
+    at once; a timeout says what the pods and the scheduler said about them."""
+    seen: set[str] = set()
+
+    def done() -> bool:
+        if scheduler is not None:
+            scheduler.check_alive()
+        return ever_bound(kubectl, ns, name, seen) >= WORKERS + 1
+
+    try:
+        wait_until(done, timeout, 0.2, what=what)
+    except AssertionError as e:
+        state = kubectl("-n", ns, "get", "pods", "-o", "wide").stdout
+        events = kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout[-4000:]
+        said = scheduler.lines_about(ns, name) if scheduler is not None else ""
+        raise AssertionError(f"{e}; bound so far: {sorted(seen)}\n{state}\n{events}\n"
+                             f"--- the scheduler on {name}'s pods ---\n{said}") from None
+
+
+def run_a_then_b(kubectl, ns: str, placement: dict, op, backend: str, mode: str,
+                 scheduler: SecondScheduler | None = None) -> dict:
     """A runs (launcher 8 s) holding the pool; B is submitted; B is watched until A ends and then
     until all of B's pods have been bound. B's launcher runs 15 s: without gang scheduling it may
     start while A runs, and must not end before its last worker is placed. Returns what was seen."""
@@ -316,13 +343,7 @@ def run_a_then_b(kubectl, ns: str, placement: dict, op, backend: str, mode: str)
         assert time.monotonic() - seen.setdefault("t_b", time.monotonic()) < 120, seen
         time.sleep(0.2)
     a_done = time.monotonic()
-    try:
-        b_bound: set[str] = set()
-        wait_until(lambda: ever_bound(kubectl, ns, "b", b_bound) >= members, 120, 0.2, what="all of B's pods bound")
-    except AssertionError:
-        print(kubectl("-n", ns, "get", "pods", "-o", "wide").stdout)
-        print(kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout[-4000:])
-        raise
+    wait_all_bound(kubectl, ns, "b", scheduler, what="all of B's pods bound")
     seen["a_end_to_b_bound_s"] = round(time.monotonic() - a_done, 2)
     wait_condition(kubectl, ns, "b", "Succeeded", timeout=120)
     seen["writes_per_mpijob"] = op.metric("mpi_operator_api_writes_total") / 2

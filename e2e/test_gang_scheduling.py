@@ -27,7 +27,6 @@ from gang import (
     WORKERS,
     bound,
     bound_all,
-    ever_bound,
     gang_job,
     grant_gang_rbac,
     install_crd,
@@ -36,6 +35,7 @@ from gang import (
     run_a_then_b,
     second_scheduler,
     succeeded,
+    wait_all_bound,
 )
 
 from reconcilers.gang import podgroup as pg
@@ -73,7 +73,7 @@ def test_with_gang_scheduling_the_second_mpijob_waits_whole(kubectl, scheduler, 
     _, placement = pool
     grant_gang_rbac(kubectl, "scheduler-plugins", namespace)
     op = start_operator(backend, namespace, f"--gang-scheduling={SCHEDULER_NAME}")
-    seen = run_a_then_b(kubectl, namespace, placement, op, backend, mode="coscheduling")
+    seen = run_a_then_b(kubectl, namespace, placement, op, backend, mode="coscheduling", scheduler=scheduler)
     scheduler.check_alive()
 
     # Not one pod of B was bound while A held the pool, and users saw why.
@@ -187,9 +187,7 @@ def test_submitted_together_with_gang_scheduling_one_runs_whole_then_the_other(
         if counts.get(first, (0, 0))[0]:
             assert counts.get(other, (0, 0))[0] == 0, f"{other} got a pod bound while {first} ran: {counts}"
         time.sleep(0.2)
-    other_bound: set[str] = set()
-    wait_until(lambda: ever_bound(kubectl, namespace, other, other_bound) >= members, 120, 0.2,
-               what=f"all of {other}'s pods bound after {first} ended")
+    wait_all_bound(kubectl, namespace, other, scheduler, what=f"all of {other}'s pods bound after {first} ended")
     wait_condition(kubectl, namespace, other, "Succeeded", timeout=120)
     scheduler.check_alive()
 
@@ -216,9 +214,7 @@ def test_a_suspended_gang_makes_room_for_the_waiting_one_and_resumes_afresh(
     kubectl("-n", namespace, "patch", MPIJOBS, "a", "--type=merge", "-p",
             json.dumps({"spec": {"runPolicy": {"suspend": True}}}))
     t0 = time.monotonic()
-    b_bound: set[str] = set()
-    wait_until(lambda: ever_bound(kubectl, namespace, "b", b_bound) >= members, 120, 0.2,
-               what="all of B's pods bound after A's suspend")
+    wait_all_bound(kubectl, namespace, "b", scheduler, what="all of B's pods bound after A's suspend")
     suspend_to_b_bound = time.monotonic() - t0
     print(f"\nFIGURE gang=coscheduling backend={backend} a_suspend_to_b_all_bound_s={suspend_to_b_bound:.2f}")
     assert suspend_to_b_bound < 10, suspend_to_b_bound
