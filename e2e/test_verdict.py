@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from datetime import datetime
 
@@ -337,6 +338,58 @@ def test_no_loss_seen_a_worker_container_killed_in_place_is_never_succeeded(kube
     result = wait_finished(kubectl, namespace, name, 400)
     what = _cut_short_or_retried(kubectl, namespace, name, result, "no worker pod was seen to end")
     print(f"\n[no_loss_seen] {flavour:<8} {backend:<11} worker container killed in place; {what} "
+          f"{time.monotonic() - t0:5.1f}s after submit")
+
+
+def _pod_pid(pod: dict) -> int:
+    """The host PID of the pod's first container (its network namespace is the pod's), from the real
+    node's containerd."""
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    out = subprocess.run(["ctr", "--address", str(CLUSTER_DIR / "realnode" / "containerd.sock"), "-n", "k8s.io",
+                          "task", "ls"], capture_output=True, text=True, check=True, timeout=30).stdout
+    (pid,) = [int(line.split()[1]) for line in out.splitlines()[1:] if line.split()[0] == cid]
+    return pid
+
+
+def _firewall(pid: int, action: str) -> None:
+    """Every packet into and out of the pod rejected (action -I) or let through again (-D): the pod's
+    network cut as a partitioned node's is, its peers told at once (a TCP reset, an ICMP error), so that
+    the ranks see the cut when they next talk rather than after TCP's 15-minute give-up."""
+    for chain, direction in (("INPUT", "-s"), ("OUTPUT", "-d")):
+        for rule in (["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"], ["-j", "REJECT"]):
+            subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", action, chain,
+                            "!", direction, "127.0.0.0/8", *rule], check=True, capture_output=True, timeout=30)
+
+
+@pytest.mark.parametrize(("flavour", "backend"), _cases(["openmpi5"], {("openmpi5", "job")}))
+def test_no_loss_seen_a_worker_cut_off_from_the_network_is_never_succeeded(kubectl, realnode, mpi_image, operator,
+                                                                          namespace, backend, flavour):
+    """Worker 0 is cut off from the network while the ranks compute, then its pod is deleted as a
+    partitioned node's pods are evicted (here at once, not after the 300 s toleration): it leaves
+    without a word to its peers (no FIN, no reset), its replacement takes its name at a new address.
+    Whatever mpirun then does, the run is never Succeeded on that attempt: Failed, or Succeeded by a
+    retry that printed pi; activeDeadlineSeconds bounds a launcher that waits for the lost daemon."""
+    name = "netcut"
+    job = mpijob(name, flavour, mpi_image(flavour), args=["mpirun", "-n", "4", "/opt/pi", "20000000000"],
+                 worker_command=SSHD, backoff=3)
+    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 240
+    t0 = time.monotonic()
+    _submit_until_running(kubectl, namespace, name, job)
+    time.sleep(5)  # the ranks compute
+    victim = _worker(kubectl, namespace, name, 0)
+    _firewall(_pod_pid(victim), "-I")
+    time.sleep(2)
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+    result = wait_finished(kubectl, namespace, name, 400)
+    logs = launcher_logs(kubectl, namespace, name)
+    if result == "Succeeded":
+        assert _attempts(kubectl, namespace, name) > 1, f"Succeeded in one attempt after the cut: {logs[-3000:]}"
+        what = f"retried, Succeeded after {_attempts(kubectl, namespace, name)} attempts"
+    else:
+        failed = condition(kubectl, namespace, name, "Failed")
+        assert result == "Failed", (result, failed)
+        what = f"Failed/{failed.get('reason')}: {failed.get('message', '')[:160]}"
+    print(f"\n[no_loss_seen] {flavour:<8} {backend:<11} worker 0 cut off from the network, then evicted; {what} "
           f"{time.monotonic() - t0:5.1f}s after submit")
 
 
