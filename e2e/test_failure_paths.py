@@ -126,6 +126,27 @@ def test_no_loss_seen_kwok_an_exit_0_whose_log_shows_a_lost_daemon_fails(kubectl
     assert "Succeeded" not in conditions(kubectl, namespace, "pi")
 
 
+def test_no_loss_seen_kwok_a_worker_replaced_while_no_operator_runs_is_never_succeeded(
+        kubectl, start_operator, namespace, backend):
+    """A failover's gap: the operator that led stops, worker 0 is deleted and replaced, the launcher exits
+    0 with PRRTE's lost daemon in its log, and only then does an operator lead again, its cache made
+    afresh: no delete of the lost worker was ever seen. It reads the log of that exit 0 all the same:
+    Failed/WorkerLostDuringRun. (Before: Succeeded, as a standby that took over never saw the delete.)"""
+    op = start_operator(backend, namespace)
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="15s", launcher_log="cut-short"))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    op.stop()
+    (victim,) = [p for p in pods(kubectl, namespace, "pi", "worker") if p["metadata"]["name"].startswith("pi-worker-0")]
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+    wait_until(lambda: [p for p in pods(kubectl, namespace, "pi", "launcher")
+                        if p["status"].get("phase") == "Succeeded"], 60, what="the launcher's exit 0")
+    assert "Succeeded" not in conditions(kubectl, namespace, "pi")  # no operator ran meanwhile
+    start_operator(backend, namespace, name="next")
+    failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
+    assert failed["reason"] == "WorkerLostDuringRun" and PRRTE_LINE in failed["message"], failed
+    assert "Succeeded" not in conditions(kubectl, namespace, "pi")
+
+
 def test_log_tail_kwok_a_chatty_launchers_lost_daemon_is_seen(kubectl, operator, namespace, backend):
     """The launcher's last 500 lines are 370 KB, PRRTE's lost daemon in the last of them (kwok serves
     the log with the kubelet's own reader): the operator reads them all, keeps the newest 256 KiB, and
