@@ -389,6 +389,10 @@ def test_no_loss_seen_a_worker_cut_off_from_the_network_is_never_succeeded(kubec
         failed = condition(kubectl, namespace, name, "Failed")
         assert result == "Failed", (result, failed)
         what = f"Failed/{failed.get('reason')}: {failed.get('message', '')[:160]}"
+        if failed.get("reason") == "DeadlineExceeded":  # mpirun waited for the lost daemon: users were told
+            warned = [e["message"] for e in mpijob_events(kubectl, namespace, name)
+                      if e["reason"] == "LauncherWaitsForLostWorker"]
+            assert warned and "activeDeadlineSeconds (240s) ends it" in warned[0], warned
     print(f"\n[no_loss_seen] {flavour:<8} {backend:<11} worker 0 cut off from the network, then evicted; {what} "
           f"{time.monotonic() - t0:5.1f}s after submit")
 

@@ -31,6 +31,14 @@ a loss is a reason to ask for evidence, never a verdict by itself:
    side of a resubmit, else Succeeded, said so with a Warning Event (a healthy run is not failed
    because its log was rotated away).
 
+5. **A launcher that waits on.** mpirun ends within seconds of a lost daemon whose connection
+   closed; one whose worker left without a word (its network cut, then its pod evicted, as a
+   partitioned node's) waits for it, and with the StatefulSet backend nothing else ends the attempt
+   (the Job backend recreates every worker, whose connections do close). `WAITS_AFTER_S` after the
+   loss, a launcher pod still running turns the record's
+   reason to `LauncherWaitsForLostWorker`, with a Warning Event saying what ends it: the operator
+   does not kill it, as a launcher still preparing before its mpirun (a loss during setup) is healthy.
+
 Only `mpiImplementation: OpenMPI` with the worker-loss policy `Evidence` needs any of this: the other
 MPIs' mpirun fails on a lost host and the Job retries it, and the policy `ExitCode` trusts the exit.
 """
@@ -50,6 +58,11 @@ from reconcilers.types import LogRead, Obj
 
 WORKER_LOST = "WorkerLost"  # condition type, True while the current launcher attempt has lost a worker
 R_WORKER_LOST = "WorkerLostDuringAttempt"
+# The same record once the attempt has run on this long after the loss (rule 5 above): Open MPI's
+# mpirun ends within seconds of losing a daemon that said goodbye; one that left without a word
+# (its network cut, then evicted) leaves it waiting.
+R_LAUNCHER_WAITS = "LauncherWaitsForLostWorker"
+WAITS_AFTER_S = 60
 # The record names its attempt in the message's first words (a condition has no other free field).
 _ATTEMPT = re.compile(r"^launcher pod (\S+): ")
 
@@ -180,11 +193,34 @@ def record(ctx: JobContext, draft: Draft) -> None:
         status.remove_condition(draft.status, WORKER_LOST)
         name = None
     if name is not None:
-        return  # this attempt already lost a worker: the first loss is the one that counts
+        _still_waiting(ctx, draft, pod)  # this attempt already lost a worker: the first loss counts
+        return
     current = attempt(ctx)
     lost = lost_workers(ctx, current) if current is not None else []
     if current is not None and lost:
         _write_record(ctx, draft, _meta(current).get("name", "?"), lost)
+
+
+def _still_waiting(ctx: JobContext, draft: Draft, pod: Obj | None) -> None:
+    """Rule 5 above: the record's launcher pod still runs `WAITS_AFTER_S` after the loss: said once
+    (the reason changes, with a Warning Event); before that, a requeue at that mark."""
+    c = status.get_condition(draft.status, WORKER_LOST) or {}
+    since = status.parse_time(c.get("lastTransitionTime"))
+    if pod is None or _phase(pod) != "Running" or since is None or c.get("reason") != R_WORKER_LOST:
+        return
+    left = WAITS_AFTER_S - (ctx.now - since).total_seconds()
+    if left > 0:
+        draft.requeue(left)
+        return
+    deadline = ctx.spec["runPolicy"].get("activeDeadlineSeconds")
+    ends = (f"runPolicy.activeDeadlineSeconds ({deadline}s) ends it" if isinstance(deadline, int)
+            else "nothing ends it: runPolicy.activeDeadlineSeconds is unset")
+    message = str(c.get("message") or "").split(". If it exits 0", 1)[0]
+    why = (f"{message}, {WAITS_AFTER_S}s ago, and the launcher still runs: Open MPI's mpirun ends within seconds "
+           f"of a lost daemon, unless the worker left without a word (its network cut) and mpirun waits for it; "
+           f"{ends}. Delete launcher pod {_meta(pod).get('name')} to retry now")
+    status.set_condition(draft.status, WORKER_LOST, "True", R_LAUNCHER_WAITS, why, ctx.now)
+    draft.event("Warning", R_LAUNCHER_WAITS, f"MPIJob {ctx.key}: {why}.")
 
 
 def _write_record(ctx: JobContext, draft: Draft, pod_name: str, lost: list[str]) -> None:

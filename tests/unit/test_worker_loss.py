@@ -255,6 +255,47 @@ def test_a_record_left_from_a_failed_attempt_is_dropped_and_the_retrys_loss_reco
     assert wl.recorded_attempt(job["status"]) == "pi-launcher-abc1"
 
 
+# -- a launcher that waits on after its loss (rule 5) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("deadline,ends", [(None, "runPolicy.activeDeadlineSeconds is unset"),
+                                           (240, "runPolicy.activeDeadlineSeconds (240s) ends it")])
+def test_a_launcher_still_running_60s_after_its_loss_is_said_once_and_its_exit_still_judged(backend, deadline, ends):
+    job = open_mpi()
+    if deadline is not None:
+        job["spec"]["runPolicy"]["activeDeadlineSeconds"] = deadline
+    job, obs = running_state(job, backend)
+    attempt = launcher(job, 0)
+    job, obs, p = lose_worker_0(backend, job, obs, attempt)  # the loss recorded at 20.6
+    assert cond(job, wl.WORKER_LOST)["reason"] == wl.R_WORKER_LOST
+    job, obs = worker_back(backend, job, obs, attempt, now=25)
+    job, obs, p = step(job, obs, backend, 50)
+    assert cond(job, wl.WORKER_LOST)["reason"] == wl.R_WORKER_LOST and not [e for e in p.events if e.type == "Warning"]
+    assert p.requeue_after is not None and p.requeue_after <= wl.WAITS_AFTER_S - (50 - 20.6) + 0.01, p.requeue_after
+    job, obs, p = step(job, obs, backend, 81)
+    record = cond(job, wl.WORKER_LOST)
+    assert record["status"] == "True" and record["reason"] == wl.R_LAUNCHER_WAITS, record
+    assert wl.recorded_attempt(job["status"]) == attempt["metadata"]["name"], record
+    assert ends in record["message"] and f"Delete launcher pod {attempt['metadata']['name']}" in record["message"]
+    assert [e.reason for e in p.events if e.type == "Warning"] == [wl.R_LAUNCHER_WAITS], p.events
+    job, obs, p = step(job, obs, backend, 120)
+    assert not [e for e in p.events if e.type == "Warning"], p.events  # said once
+    p = judged(job, obs, backend, launcher(job, 0, end=130), now=131, log=CUT)
+    assert verdict(p) == "Failed/WorkerLostDuringRun", p.status
+    assert "worker pi-worker-0 was lost" in cond(p.status, st.FAILED)["message"], p.status
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_launcher_that_exits_within_60s_of_its_loss_is_not_said_to_wait(backend):
+    job, obs = running_state(open_mpi(), backend)
+    attempt = launcher(job, 0)
+    job, obs, _ = lose_worker_0(backend, job, obs, attempt)
+    job, obs = worker_back(backend, job, obs, attempt, now=25)
+    p = judged(job, obs, backend, launcher(job, 0, end=60), now=61, log=CLEAN)
+    assert verdict(p) == "Succeeded" and not [e for e in p.events if e.reason == wl.R_LAUNCHER_WAITS]
+
+
 # -- losses that are none ------------------------------------------------------------------------------------
 
 
@@ -359,7 +400,7 @@ def test_readiness_flap_is_no_loss(backend):
     for i, ready in enumerate([1, 2, 0, 2, 1, 2]):
         job, obs, _ = step(job, workers_ready(obs, ready), backend, 30 + 5 * i)
         assert cond(job, wl.WORKER_LOST) is None and cond(job, st.RESTARTING) is None, job["status"]
-    p = judged(job, obs, backend, launcher(job, 0, end=90), now=91, log=CLEAN)
+    p = judged(job, obs, backend, launcher(job, 0, end=60), now=61, log=CLEAN)
     assert_clean_success(p)
 
 
