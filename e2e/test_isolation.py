@@ -49,7 +49,10 @@ from testsupport.waiting import wait_until
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 AGENT = ROOT / "hack" / "realnode" / "network-policies.sh"
 SSH_PORT = 2222
-CONNECT_TIMEOUT = 3  # seconds a probe waits for its connection: a dropped SYN never answers
+# Seconds a probe waits for its connection and the server's first bytes: a dropped SYN never
+# answers; an allowed one is answered once kube-network-policies' agent has judged it, and sshd's
+# banner follows its fork, both slower on a busy machine (3 s timed an open sshd out under a load of 20).
+CONNECT_TIMEOUT = 8
 # The launcher waits for /tmp/go before it runs mpirun: the probes run while the workers serve sshd.
 HOLD = "until [ -e /tmp/go ]; do sleep 0.2; done; exec mpirun -n 4 /opt/pi"
 # One probe per target, all at once: prints "<ip>:<port> open <first bytes>|refused|timeout|error ...".

@@ -31,9 +31,14 @@ def test_indexed_job_pods_get_stable_hostnames_and_complete(kubectl, get_json, n
             },
         },
     }))
+    # The Job controller counts the 3 successes first (SuccessCriteriaMet) and adds Complete once their
+    # pods' finalizers are gone: a later write, waited for.
     job = wait_until(lambda: (j := get_json("job", "-n", namespace, "idx"))
-                     .get("status", {}).get("succeeded") == 3 and j, timeout=60, what="3 succeeded")
-    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+                     .get("status", {}).get("succeeded") == 3
+                     and any(c["type"] == "Complete" and c["status"] == "True"
+                             for c in j["status"].get("conditions") or []) and j,
+                     timeout=60, what="3 succeeded, the Job Complete")
+    assert job["status"].get("failed", 0) == 0, job["status"]
     got = sorted((p["spec"]["hostname"], p["status"]["phase"]) for p in pods(get_json, namespace, "app=idx"))
     assert got == [("idx-0", "Succeeded"), ("idx-1", "Succeeded"), ("idx-2", "Succeeded")]
 
