@@ -28,6 +28,7 @@ real-node part is skipped, saying so, and the kwok part still runs.
 
     python -m bench.recovery [--runs 8] [--workers 2,4] [--kwok-workers 8,16,32] [--kwok-runs 3]
                              [--no-go] [--no-realnode] [--no-kwok] [--out FILE] [--log-dir DIR]
+    python -m bench.recovery --from-json FILE   # the tables of a run written with --out
 """
 
 from __future__ import annotations
@@ -402,7 +403,11 @@ def main() -> int:
     ap.add_argument("--no-kwok", action="store_true")
     ap.add_argument("--out", default=None, help="write the JSON there")
     ap.add_argument("--log-dir", default=None, help="operator logs (default: a temporary directory)")
+    ap.add_argument("--from-json", default=None, help="print the report of a run written with --out")
     a = ap.parse_args()
+    if a.from_json:
+        print(report(json.loads(Path(a.from_json).read_text())))
+        return 0
     try:
         sizes, kwok_sizes = sizes_of(a.workers), sizes_of(a.kwok_workers)
     except ValueError as e:
