@@ -11,9 +11,10 @@
 - kwok: a simulated MPIJob of 8, 16 and 32 workers (testsupport/builders.py simulated_mpijob) that
   loses worker 1, measured by a watch from the delete to every worker Ready again: on the Job backend
   the whole worker Job is made afresh, on the StatefulSet backend the one pod.
-- runs interleaved per size: this operator's Job backend, Go (real node only), the StatefulSet backend,
-  RUNS times over, each in a namespace of its own (rb-...) with its own operator process started here
-  with DEFAULT flags (only --namespace and the ports; Go: --namespace, --lock-namespace and
+- runs interleaved: a round is, per size, this operator's Job backend, Go (real node only), the
+  StatefulSet backend; RUNS rounds (a benchmark cut short still has every size and backend alike);
+  each run in a namespace of its own (rb-...) with its own operator process started here with DEFAULT
+  flags (only --namespace and the ports; Go: --namespace, --lock-namespace and
   go_operator.QUEUE_FLAGS, which one MPIJob never reaches); the Go operator as a ServiceAccount of the
   run's namespace bound to upstream's own ClusterRole (as e2e/test_takeover.py), this operator as
   manifests/rbac's ServiceAccount;
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 import threading
@@ -255,13 +257,15 @@ def kwok_run(s: Setup, backend: str, workers: int) -> dict:
 # --- runs and figures --------------------------------------------------------------------------------
 
 def schedule(sizes: list[int], runs: int, backends: tuple[str, ...]) -> list[tuple[str, int]]:
-    """(backend, workers) in order: per size, every backend once, `runs` times over (interleaved)."""
-    return [(b, w) for w in sizes for _ in range(runs) for b in backends]
+    """(backend, workers) in order: `runs` rounds, each of every size with every backend once."""
+    return [(b, w) for _ in range(runs) for w in sizes for b in backends]
 
 
-def run_all(cases: list[tuple[str, int]], one: Callable[[str, int], dict], what: str) -> list[dict]:
-    """Every case by `one`; a run that fails is kept with its error (its figures missing) and the rest go on."""
-    out = []
+def run_all(cases: list[tuple[str, int]], one: Callable[[str, int], dict], what: str,
+            partial: Callable[[list[dict]], None] = lambda _: None) -> list[dict]:
+    """Every case by `one`; a run that fails is kept with its error (its figures missing) and the rest go on.
+    `partial` is given the runs so far after each one."""
+    out: list[dict] = []
     for i, (backend, workers) in enumerate(cases):
         print(f">> recovery, {what}: run {i + 1} of {len(cases)}: {backend}, {workers} workers", file=sys.stderr,
               flush=True)
@@ -271,6 +275,7 @@ def run_all(cases: list[tuple[str, int]], one: Callable[[str, int], dict], what:
             r = {"backend": backend, "workers": workers, "error": f"{type(e).__name__}: {e}"[:2000]}
         print(f"   {json.dumps(r)}", file=sys.stderr, flush=True)
         out.append(r)
+        partial(out)
     return out
 
 
@@ -340,7 +345,8 @@ def realnode_ready(k: Kubectl) -> str | None:
 
 def run(sizes: list[int] | tuple = SIZES, runs: int = RUNS, kwok_sizes: list[int] | tuple = KWOK_SIZES,
         kwok_runs: int = KWOK_RUNS, go: bool = True, realnode: bool = True, kwok: bool = True,
-        kubeconfig: str | None = None, log_dir: Path | None = None) -> dict:
+        kubeconfig: str | None = None, log_dir: Path | None = None, partial: Path | None = None) -> dict:
+    """Both parts; `partial`: a JSON file rewritten with the runs so far after each one (--from-json reads it)."""
     admin = bench_operator.ensure_cluster(kubeconfig)
     logs = Path(log_dir or tempfile.mkdtemp(prefix="bench-recovery-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -348,6 +354,14 @@ def run(sizes: list[int] | tuple = SIZES, runs: int = RUNS, kwok_sizes: list[int
     s = Setup(runner(admin), RestClient.from_kubeconfig(admin, qps=0, burst=1), sa, logs)
     out: dict = {"benchmark": "recovery", "go_version": go_operator.VERSION if go else None, "runs": runs,
                  "kwok_runs": kwok_runs, "log_dir": str(logs)}
+
+    def section(key: str, figures: tuple, backends: tuple[str, ...]) -> Callable[[list[dict]], None]:
+        def keep(results: list[dict]) -> None:
+            out[key] = {"results": results, "summary": summarize(results, figures, backends)}
+            if partial is not None:
+                partial.write_text(json.dumps(out, indent=2) + "\n")
+        return keep
+
     try:
         skipped = realnode_ready(s.kubectl) if realnode else "--no-realnode"
         if realnode and not skipped:
@@ -355,14 +369,14 @@ def run(sizes: list[int] | tuple = SIZES, runs: int = RUNS, kwok_sizes: list[int
             if go:
                 s.go_build = go_operator.build()
             backends = BACKENDS if go else tuple(b for b in BACKENDS if b != GO)
-            results = run_all(schedule(list(sizes), runs, backends), lambda b, w: realnode_run(s, b, w), "real node")
-            out["realnode"] = {"results": results, "summary": summarize(results, FIGURES, BACKENDS)}
+            keep = section("realnode", FIGURES, BACKENDS)
+            keep(run_all(schedule(list(sizes), runs, backends), lambda b, w: realnode_run(s, b, w), "real node", keep))
         else:
             out["realnode_skipped"] = skipped
         if kwok:
-            results = run_all(schedule(list(kwok_sizes), kwok_runs, KWOK_BACKENDS), lambda b, w: kwok_run(s, b, w),
-                              "kwok")
-            out["kwok"] = {"results": results, "summary": summarize(results, (KWOK_FIGURE,), KWOK_BACKENDS)}
+            keep = section("kwok", (KWOK_FIGURE,), KWOK_BACKENDS)
+            keep(run_all(schedule(list(kwok_sizes), kwok_runs, KWOK_BACKENDS), lambda b, w: kwok_run(s, b, w),
+                         "kwok", keep))
     finally:
         with contextlib.suppress(OSError):
             (logs / "operator.kubeconfig").unlink()  # a token: not kept
@@ -401,10 +415,12 @@ def main() -> int:
     ap.add_argument("--no-go", action="store_true", help="without the Go operator (no Go build, no Go runs)")
     ap.add_argument("--no-realnode", action="store_true")
     ap.add_argument("--no-kwok", action="store_true")
-    ap.add_argument("--out", default=None, help="write the JSON there")
+    ap.add_argument("--out", default=None, help="write the JSON there (<out>.partial after each run)")
     ap.add_argument("--log-dir", default=None, help="operator logs (default: a temporary directory)")
     ap.add_argument("--from-json", default=None, help="print the report of a run written with --out")
     a = ap.parse_args()
+    # SIGTERM as Ctrl-C: the run's operator, namespace and ClusterRole are removed on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.from_json:
         print(report(json.loads(Path(a.from_json).read_text())))
         return 0
@@ -413,7 +429,7 @@ def main() -> int:
     except ValueError as e:
         ap.error(str(e))
     out = run(sizes, a.runs, kwok_sizes, a.kwok_runs, go=not a.no_go, realnode=not a.no_realnode,
-              kwok=not a.no_kwok, log_dir=a.log_dir and Path(a.log_dir))
+              kwok=not a.no_kwok, log_dir=a.log_dir and Path(a.log_dir), partial=a.out and Path(a.out + ".partial"))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(report(out))

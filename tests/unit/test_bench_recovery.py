@@ -40,9 +40,9 @@ def test_announcing_prints_a_line_the_parser_reads():
     assert 'echo "rank-start $(hostname) $(date +%s.%N)"' in args[-1]
 
 
-def test_schedule_interleaves_the_backends_per_size():
-    assert recovery.schedule([2, 4], 2, ("job", GO)) == [("job", 2), (GO, 2), ("job", 2), (GO, 2),
-                                                         ("job", 4), (GO, 4), ("job", 4), (GO, 4)]
+def test_schedule_is_rounds_of_every_size_and_backend():
+    assert recovery.schedule([2, 4], 2, ("job", GO)) == [("job", 2), (GO, 2), ("job", 4), (GO, 4),
+                                                         ("job", 2), (GO, 2), ("job", 4), (GO, 4)]
 
 
 def _runs(backend: str, workers: int, backs: list[float | None]) -> list[dict]:
