@@ -231,6 +231,10 @@ class WorkerWatch:
         with self.lock:
             return all_back(self.pods, self.workers, "")
 
+    def ready_pod(self, host: str) -> dict:
+        with self.lock:
+            return next(p for p in self.pods.values() if p["spec"].get("hostname") == host and _ready(p))
+
 
 def kwok_run(s: Setup, backend: str, workers: int) -> dict:
     result: dict = {"backend": backend, "workers": workers}
@@ -242,8 +246,7 @@ def kwok_run(s: Setup, backend: str, workers: int) -> dict:
             apply(s.kubectl, ns, builders.simulated_mpijob(NAME, workers=workers, launcher_runs=None))
             wait_condition(s.kubectl, ns, NAME, "Running", timeout=120)
             wait_until(w.every_ready, 60, interval=0.1, what=f"{workers} workers Ready")
-            victim = next(p for p in list(w.pods.values())
-                          if p["spec"].get("hostname") == f"{NAME}-worker-1" and _ready(p))
+            victim = w.ready_pod(f"{NAME}-worker-1")
             w.arm(victim["metadata"]["uid"])
             t0 = time.monotonic()
             s.kubectl("-n", ns, "delete", "pod", victim["metadata"]["name"], "--wait=false")
