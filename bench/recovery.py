@@ -90,7 +90,11 @@ FIGURES = (
     ("launcher failures counted (ledger / Job)", "counted"),
     ("launcher failures (replicaStatuses)", "launcher_failed"),
 )
-KWOK_FIGURE = ("delete -> every worker Ready again (s)", "workers_back_s")
+KWOK_FIGURES = (
+    ("delete -> every worker Ready again (s)", "workers_back_s"),
+    ("delete -> every worker pod of before gone (s)", "old_gone_s"),  # the Job backend: its worker Job made afresh
+    ("delete -> the first new worker pod (s)", "first_new_s"),
+)
 
 
 @dataclass
@@ -206,26 +210,36 @@ def all_back(pods: dict[str, dict], workers: int, victim_uid: str) -> bool:
 
 
 class WorkerWatch:
-    """The MPIJob's worker pods by a watch; `back` is set (monotonic time) when all_back first holds
-    after `arm(victim_uid)`."""
+    """The MPIJob's worker pods by a watch. After `arm(victim_uid)`, the first moment (monotonic time)
+    that: all_back holds (`back`), a pod not seen before is there (`first_new`), no pod seen before is
+    left (`old_gone`: the whole worker Job made afresh; never, when only the victim is replaced)."""
 
     def __init__(self, client: RestClient, ns: str, workers: int) -> None:
-        self.workers, self.pods, self.victim, self.back = workers, {}, None, None
+        self.workers, self.pods, self.victim = workers, {}, None
+        self.back = self.first_new = self.old_gone = None
+        self.before: set[str] = set()
         self.lock = threading.Lock()
         self.watch = Watch(client, PODS, ns, self._on, selector=f"{JOB_NAME_LABEL}={NAME},{JOB_ROLE_LABEL}=worker")
 
     def _on(self, typ: str, pod: dict, t: float) -> None:
+        uid = pod["metadata"]["uid"]
         with self.lock:
             if typ == "DELETED":
-                self.pods.pop(pod["metadata"]["uid"], None)
+                self.pods.pop(uid, None)
             else:
-                self.pods[pod["metadata"]["uid"]] = pod
-            if self.victim and self.back is None and all_back(self.pods, self.workers, self.victim):
+                self.pods[uid] = pod
+            if not self.victim:
+                return
+            if self.first_new is None and uid not in self.before:
+                self.first_new = t
+            if self.old_gone is None and not self.before & self.pods.keys():
+                self.old_gone = t
+            if self.back is None and all_back(self.pods, self.workers, self.victim):
                 self.back = t
 
     def arm(self, victim_uid: str) -> None:
         with self.lock:
-            self.victim = victim_uid
+            self.victim, self.before = victim_uid, set(self.pods)
 
     def every_ready(self) -> bool:
         with self.lock:
@@ -252,6 +266,8 @@ def kwok_run(s: Setup, backend: str, workers: int) -> dict:
             s.kubectl("-n", ns, "delete", "pod", victim["metadata"]["name"], "--wait=false")
             wait_until(lambda: w.back, 180, interval=0.1, what=f"{workers} workers Ready again")
             result["workers_back_s"] = round(w.back - t0, 2)
+            for key, t in (("old_gone_s", w.old_gone), ("first_new_s", w.first_new)):
+                result[key] = round(t - t0, 2) if t is not None else None
         finally:
             w.watch.stop()
     return result
@@ -315,12 +331,14 @@ def render(summary: list[dict]) -> str:
 
 
 def render_kwok(summary: list[dict]) -> str:
-    """The kwok table: per size, each backend's delete -> every worker Ready again."""
+    """The kwok table: per size and figure, each backend's spread ('-': never, e.g. no pod of before
+    gone where only the victim is replaced)."""
     lines = ["| workers (kwok) | figure | this, Job backend | this, StatefulSet backend |", "|---|---|---|---|"]
     for case in summary:
-        f = case["figures"][0]
-        lines.append(f"| {case['workers']} ({case['runs']['job']}/{case['runs']['statefulset']} runs) | "
-                     f"{f['figure']} | {fmt_spread(f['job'])} | {fmt_spread(f['statefulset'])} |")
+        label = f"{case['workers']} ({case['runs']['job']}/{case['runs']['statefulset']} runs)"
+        for f in case["figures"]:
+            lines.append(f"| {label} | {f['figure']} | {fmt_spread(f['job'])} | {fmt_spread(f['statefulset'])} |")
+            label = ""
     return "\n".join(lines + [f"error: {e}" for case in summary for e in case["errors"]])
 
 
@@ -377,7 +395,7 @@ def run(sizes: list[int] | tuple = SIZES, runs: int = RUNS, kwok_sizes: list[int
         else:
             out["realnode_skipped"] = skipped
         if kwok:
-            keep = section("kwok", (KWOK_FIGURE,), KWOK_BACKENDS)
+            keep = section("kwok", KWOK_FIGURES, KWOK_BACKENDS)
             keep(run_all(schedule(list(kwok_sizes), kwok_runs, KWOK_BACKENDS), lambda b, w: kwok_run(s, b, w),
                          "kwok", keep))
     finally:

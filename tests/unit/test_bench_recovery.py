@@ -107,3 +107,12 @@ def test_sizes_of():
     for bad in ("", "two", "0", "2,-1"):
         with pytest.raises(ValueError, match="worker counts"):
             recovery.sizes_of(bad)
+
+
+def test_kwok_table_says_never_where_the_old_pods_stay():
+    results = [{"backend": "job", "workers": 32, "workers_back_s": 6.0, "old_gone_s": 3.0, "first_new_s": 3.2},
+               {"backend": "statefulset", "workers": 32, "workers_back_s": 0.7, "old_gone_s": None,
+                "first_new_s": 0.1}]
+    table = recovery.render_kwok(recovery.summarize(results, recovery.KWOK_FIGURES, recovery.KWOK_BACKENDS))
+    assert "| 32 (1/1 runs) | delete -> every worker Ready again (s) | 6 | 0.7 |" in table
+    assert "|  | delete -> every worker pod of before gone (s) | 3 | - |" in table
