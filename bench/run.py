@@ -2,6 +2,7 @@
 
     python -m bench.run [--out bench/results] [--pairs 2:100,...] [--runs 3] [--no-go]
                         [--matrix | --cases job:2:100,...] [--no-profile] [--quick]
+                        [--no-recovery] [--recovery-runs 3]
 
 - plan: pure reconciles per second (bench_plan), no cluster;
 - informer: events/s through informer -> queue, memory per cached pod (bench_informer);
@@ -13,8 +14,18 @@
 - operator, with --matrix or --cases: throughput, latency, API requests and writes counted by the API
   server, steady-state writes, CPU (with a py-spy profile) and memory of the operator, for each case
   of bench_operator.MATRIX or --cases (bench_operator);
-- control plane: the resident memory of the local cluster's processes (.cluster/pids) while idle.
-The local cluster is started (hack/cluster-up.sh, REAL_NODE=0 unless set) when it is not up.
+- control plane: the resident memory of the local cluster's processes (.cluster/pids) while idle;
+- recovery, last (`--no-recovery` skips it): a worker lost mid-run, from the delete to every rank
+  running again and to Succeeded, this operator's two backends beside the Go operator on the real
+  node, and to every worker Ready again at 8, 16 and 32 simulated workers (bench/recovery.py), 3 runs
+  each (`--recovery-runs`; `python -m bench.recovery` alone makes 8); its last line reads
+  `recovery median (s): job X, statefulset Y, go Z`.
+The local cluster is started (hack/cluster-up.sh, REAL_NODE=0 unless set) when it is not up. The
+real node stays off there: its kubelet and pods would be load on every other figure and in the control
+plane's memory, and starting it costs minutes. The recovery section's real-node part needs it, so on
+such a cluster it says it was skipped and why (its kwok part still runs): to have it, start the
+cluster first (`make cluster-up`, whose real node is on where the machine allows it), or set
+REAL_NODE=1. It runs last, so that whatever its real pods leave behind falls on no other figure.
 Operator logs of the last run are in <out>/operator-logs/.
 """
 
@@ -28,7 +39,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_cluster, bench_informer, bench_operator, bench_plan, side_by_side
+from bench import bench_cluster, bench_informer, bench_operator, bench_plan, recovery, side_by_side
 from testsupport.paths import ROOT
 
 
@@ -100,6 +111,8 @@ def render(results: dict) -> str:
         prof = bench_operator.profiles(results["operator"])
         if prof:
             parts.append(prof)
+    if results.get("recovery"):
+        parts.append(recovery.report(results["recovery"]))
     return "\n\n".join(parts)
 
 
@@ -114,6 +127,8 @@ def main() -> int:
     ap.add_argument("--cases", default=None,
                     help="this operator alone on backend:workers:MPIJobs[:le],... too")
     ap.add_argument("--no-profile", action="store_true", help="no py-spy over the operator")
+    ap.add_argument("--no-recovery", action="store_true", help="without the recovery benchmark (bench/recovery.py)")
+    ap.add_argument("--recovery-runs", type=int, default=3, help="recovery: runs per backend and size")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: few small cases, 1000 ConfigMaps, 200 pods, 3 s of writes")
     a = ap.parse_args()
@@ -123,6 +138,7 @@ def main() -> int:
         bench_informer.N_CONFIGMAPS = 1000
         bench_cluster.PODS_N, bench_cluster.WRITE_SECONDS = 200, 3.0
         bench_operator.PROFILED = bench_operator.Case("job", 8, 10)
+        a.recovery_runs = min(a.recovery_runs, 1)
     try:
         cases = bench_operator.cases_of(a.cases) if a.cases else list(bench_operator.MATRIX) if a.matrix else []
         pairs = side_by_side.pairs_of(a.pairs) if a.pairs else list(side_by_side.PAIRS)
@@ -151,6 +167,12 @@ def main() -> int:
         results["operator"] = bench_operator.run(cases, kubeconfig, log_dir=out / "operator-logs",
                                                  profile=not a.no_profile)
         bench_operator.add_bounds(results["operator"], results["cluster"])
+    if not a.no_recovery:
+        print(">> recovery", file=sys.stderr, flush=True)
+        sizes = (2,) if a.quick else recovery.SIZES
+        results["recovery"] = recovery.run(sizes, a.recovery_runs, (8,) if a.quick else recovery.KWOK_SIZES,
+                                           a.recovery_runs, go=not a.no_go, kubeconfig=kubeconfig,
+                                           log_dir=out / "operator-logs")
     results["wall_s"] = round(time.monotonic() - t0, 1)
 
     print(render(results))

@@ -52,7 +52,7 @@ def realnode(kubectl) -> str:
 @pytest.fixture(scope="session")
 def mpi_image(realnode):
     """mpi_image(flavour) -> the image reference, built (cached) and imported into the real node."""
-    from realnode_mpi import load_images
+    from testsupport.realnode_mpi import load_images
 
     refs: dict[str, str] = {}
 

@@ -13,9 +13,19 @@ import json
 import time
 
 import pytest
-from realnode_mpi import SSHD, apply, condition, launcher_logs, mpijob, mpijob_events, pods, rank_hosts, wait_finished
 
 from testsupport.kubectl import condition_statuses
+from testsupport.realnode_mpi import (
+    SSHD,
+    apply,
+    condition,
+    launcher_logs,
+    mpijob,
+    mpijob_events,
+    pods,
+    rank_hosts,
+    wait_finished,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images"),
               pytest.mark.exclusive]

@@ -29,7 +29,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from realnode_mpi import (
+
+from reconcilers import names as n
+from testsupport.kubectl import namespaced_service_account_kubeconfig
+from testsupport.paths import CLUSTER_DIR, ROOT
+from testsupport.realnode_mpi import (
     IMPLEMENTATION,
     ON_REAL_NODE,
     apply,
@@ -40,10 +44,6 @@ from realnode_mpi import (
     ready_workers,
     wait_finished,
 )
-
-from reconcilers import names as n
-from testsupport.kubectl import namespaced_service_account_kubeconfig
-from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]

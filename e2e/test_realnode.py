@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from realnode_mpi import ON_REAL_NODE
 
 from testsupport.paths import CLUSTER_DIR, ROOT
+from testsupport.realnode_mpi import ON_REAL_NODE
 
 NODE = "realnode"
 LABEL = "mpijob-operator.dev/real-node"

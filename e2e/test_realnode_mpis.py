@@ -16,7 +16,9 @@ import time
 
 import pytest
 import yaml
-from realnode_mpi import (
+
+from testsupport.kubectl import condition_statuses
+from testsupport.realnode_mpi import (
     ON_REAL_NODE,
     ROOT,
     SSHD,
@@ -33,8 +35,6 @@ from realnode_mpi import (
     wait_finished,
     wait_launcher_running,
 )
-
-from testsupport.kubectl import condition_statuses
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 FLAVOURS = ["openmpi4", "openmpi5", "mpich", "intel"]

@@ -14,10 +14,22 @@ import re
 import time
 
 import pytest
-from realnode_mpi import SSHD, apply, condition, load_images, mpijob, mpijob_events, pods, wait_finished
 
 from testsupport.kubectl import get
 from testsupport.paths import CLUSTER_DIR
+from testsupport.realnode_mpi import (
+    SSHD,
+    announcing,
+    apply,
+    condition,
+    load_images,
+    mpijob,
+    mpijob_events,
+    pods,
+    running_worker,
+    wait_finished,
+    wait_ranks,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 # `make test` runs the StatefulSet backend's disruption and exit-code cases (the launcher restarts in
@@ -28,7 +40,6 @@ RANKS = 4
 # About 10 s of computing for 4 ranks on 2 busy cores: long enough to lose a worker mid-run, short enough
 # that the retried run (which starts over) ends soon.
 INTERVALS = "6000000000"
-_START = re.compile(r"^rank-start (\S+) (\d+\.\d+)$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -37,35 +48,11 @@ def openmpi4(realnode) -> str:
 
 
 def _announcing(intervals: str = INTERVALS) -> list[str]:
-    return ["mpirun", "-n", str(RANKS), "sh", "-c",
-            f'echo "rank-start $(hostname) $(date +%s.%N)"; exec /opt/pi {intervals}']
+    return announcing(RANKS, intervals)
 
 
-def _starts(kubectl, ns: str, name: str) -> list[tuple[str, float]]:
-    """(host, time) of every rank-start line in the launcher pods' current output."""
-    out = []
-    for p in pods(kubectl, ns, name, "launcher"):
-        log = kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout
-        out += [(m.group(1), float(m.group(2))) for m in _START.finditer(log)]
-    return out
-
-
-def _wait_ranks(kubectl, ns: str, name: str, after: float, timeout: float = 180) -> float:
-    """The time (this machine's clock) at which the last of RANKS ranks started after `after`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        late = sorted(t for _, t in _starts(kubectl, ns, name) if t > after)
-        if len(late) >= RANKS:
-            return late[RANKS - 1]
-        time.sleep(0.3)
-    raise AssertionError(f"{RANKS} ranks of {ns}/{name} did not start again within {timeout}s")
-
-
-def _worker(kubectl, ns: str, name: str, index: int) -> dict:
-    (pod,) = [p for p in pods(kubectl, ns, name, "worker")
-              if p["spec"].get("hostname", p["metadata"]["name"]) == f"{name}-worker-{index}"
-              and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
-    return pod
+def _wait_ranks(kubectl, ns: str, name: str, after: float) -> float:
+    return wait_ranks(kubectl, ns, name, RANKS, after)
 
 
 def _launcher_restarts(kubectl, ns: str, name: str) -> tuple[int, int]:
@@ -102,7 +89,7 @@ def test_in_place_worker_lost_mid_run_ranks_run_again(kubectl, realnode, openmpi
     name = "lost"
     apply(kubectl, namespace, mpijob(name, "openmpi4", openmpi4, args=_announcing(), backoff=3, worker_command=SSHD))
     _wait_ranks(kubectl, namespace, name, 0)
-    victim = _worker(kubectl, namespace, name, 0)
+    victim = running_worker(kubectl, namespace, name, 0)
     t0 = time.time()
     kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
     back = _wait_ranks(kubectl, namespace, name, t0) - t0
@@ -135,7 +122,7 @@ def test_disruption_evicted_launcher_then_worker_with_backoff_limit_0_succeeds(
     _evict(kubectl, namespace, first["metadata"]["name"])
     launcher_back = _wait_ranks(kubectl, namespace, name, t0) - t0
     t1 = time.time()
-    _evict(kubectl, namespace, _worker(kubectl, namespace, name, 1)["metadata"]["name"])
+    _evict(kubectl, namespace, running_worker(kubectl, namespace, name, 1)["metadata"]["name"])
     worker_back = _wait_ranks(kubectl, namespace, name, t1) - t1
     result = wait_finished(kubectl, namespace, name, 300)
     msgs = _restarting(kubectl, namespace, name)

@@ -16,12 +16,12 @@ import json
 import time
 
 import pytest
-from realnode_mpi import SSHD, launcher_logs, mpijob, rank_hosts, ready_workers, wait_launcher_running
 
 from bench import go_operator
 from reconcilers.names import TEMPLATE_HASH_ANNOTATION
 from testsupport.kubectl import conditions, get, items, role_pods, token_kubeconfig, wait_finished
 from testsupport.paths import ROOT
+from testsupport.realnode_mpi import SSHD, launcher_logs, mpijob, rank_hosts, ready_workers, wait_launcher_running
 from testsupport.upstream_rbac import bind, unbind
 from testsupport.waiting import wait_until
 

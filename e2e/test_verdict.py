@@ -15,7 +15,10 @@ import time
 from datetime import datetime
 
 import pytest
-from realnode_mpi import (
+
+from testsupport.kubectl import condition_statuses
+from testsupport.paths import CACHE, CLUSTER_DIR
+from testsupport.realnode_mpi import (
     SSHD,
     apply,
     condition,
@@ -27,9 +30,6 @@ from realnode_mpi import (
     wait_finished,
     wait_launcher_running,
 )
-
-from testsupport.kubectl import condition_statuses
-from testsupport.paths import CACHE, CLUSTER_DIR
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 BACKENDS = ["job", "statefulset"]

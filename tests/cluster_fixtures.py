@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testsupport.kubectl import Kubectl, runner
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 
@@ -44,29 +45,10 @@ def kubeconfig() -> Iterator[str]:
         subprocess.run([str(ROOT / "hack" / "cluster-down.sh")], check=False, timeout=300)
 
 
-Kubectl = Callable[..., subprocess.CompletedProcess]
-
-
 @pytest.fixture(scope="session")
 def kubectl(kubeconfig: str) -> Kubectl:
     """Runs the cluster's kubectl; `kubectl("get", "pods", input=yaml, check=False)`."""
-
-    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
-        for _ in range(2):
-            r = subprocess.run(
-                [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
-                input=input, capture_output=True, text=True, timeout=timeout,
-            )
-            # Two pytest-xdist workers applying one cluster-scoped object for the first time at once:
-            # client-side apply reads it (absent) and creates it, and the second create is refused
-            # AlreadyExists. Applied again, it patches the object the other worker created.
-            if not ("apply" in args and r.returncode != 0 and "(AlreadyExists)" in r.stderr):
-                break
-        if check and r.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
-        return r
-
-    return run
+    return runner(kubeconfig)
 
 
 @pytest.fixture(scope="session")

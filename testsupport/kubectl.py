@@ -1,5 +1,6 @@
 """The local cluster through its kubectl, as the e2e tests read it: objects, conditions, pods,
-Events, and waits on them. `kubectl` is the session fixture of tests/cluster_fixtures.py."""
+Events, and waits on them. `kubectl` is runner()'s function: the session fixture of
+tests/cluster_fixtures.py, or made by a benchmark (bench/recovery.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from reconcilers.names import (
     REPLICA_INDEX_LABEL,
     ROLE_WORKER,
 )
-from testsupport.paths import CRD, ROOT
+from testsupport.paths import CLUSTER_DIR, CRD, ROOT
 from testsupport.waiting import wait_until
 
 # Fully qualified: on a shared cluster another CRD may also answer to the short name "mpijob".
@@ -27,6 +28,31 @@ MPIJOBS = "mpijobs.kubeflow.org"
 # Fully qualified: on a shared cluster another CRD may also be called mpijobs (another group), and
 # kubectl would then resolve the short name to it.
 QUALIFIED = {"mpijob": "mpijobs.v2beta1.kubeflow.org", "mpijobs": "mpijobs.v2beta1.kubeflow.org"}
+
+
+Kubectl = Callable[..., subprocess.CompletedProcess]
+
+
+def runner(kubeconfig: str) -> Kubectl:
+    """The cluster's kubectl with `kubeconfig`: `kubectl("get", "pods", input=yaml, check=False)`;
+    a failure raises AssertionError with its stderr unless check=False."""
+
+    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
+        for _ in range(2):
+            r = subprocess.run(
+                [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                input=input, capture_output=True, text=True, timeout=timeout,
+            )
+            # Two pytest-xdist workers applying one cluster-scoped object for the first time at once:
+            # client-side apply reads it (absent) and creates it, and the second create is refused
+            # AlreadyExists. Applied again, it patches the object the other worker created.
+            if not ("apply" in args and r.returncode != 0 and "(AlreadyExists)" in r.stderr):
+                break
+        if check and r.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
+        return r
+
+    return run
 
 
 def wait_established(kubectl: Callable, *crds: str, timeout: float = 90) -> None:

@@ -1,6 +1,10 @@
 """Helpers for MPIJobs that really run on the real node with any of the MPI images
 (hack/images/build.sh: openmpi4, openmpi5, mpich, intel): the manifest, waiting, the launcher's
-output, the hostfile, and where the ranks ran."""
+output, the hostfile, and where the ranks ran. Used by the e2e tests and bench/recovery.py.
+
+Ranks that announce themselves (`announcing`: each prints `rank-start <host> <time>` before it
+computes) tell from the launcher's output when every rank runs again after a failure (`wait_ranks`);
+their clock is this machine's, the real node being this machine."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ SSHD = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
 ON_REAL_NODE = {"nodeSelector": {"mpijob-operator.dev/real-node": "true"},
                 "tolerations": [{"key": "mpijob-operator.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]}
 _RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.M)
+_START = re.compile(r"^rank-start (\S+) (\d+\.\d+)$", re.M)
 
 
 def load_images(cluster_dir: Path, *flavours: str) -> dict[str, str]:
@@ -130,3 +135,48 @@ def placement(output: str) -> Counter:
 
 def short(host: str) -> str:
     return host.split(".")[0]
+
+
+def announcing(ranks: int, intervals: str) -> list[str]:
+    """The launcher's args: `ranks` ranks of /opt/pi over `intervals` samples, each printing
+    `rank-start <host> <epoch seconds>` first."""
+    return ["mpirun", "-n", str(ranks), "sh", "-c",
+            f'echo "rank-start $(hostname) $(date +%s.%N)"; exec /opt/pi {intervals}']
+
+
+def parse_starts(log: str) -> list[tuple[str, float]]:
+    """(host, time) of every `rank-start` line in `log`."""
+    return [(m.group(1), float(m.group(2))) for m in _START.finditer(log)]
+
+
+def rank_starts(kubectl: Callable, ns: str, name: str) -> list[tuple[str, float]]:
+    """(host, time) of every rank-start line in the launcher pods' current output."""
+    out = []
+    for p in pods(kubectl, ns, name, "launcher"):
+        out += parse_starts(kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout)
+    return out
+
+
+def all_started(starts: list[tuple[str, float]], ranks: int, after: float) -> float | None:
+    """The time the last of `ranks` ranks started after `after`, or None while fewer have."""
+    late = sorted(t for _, t in starts if t > after)
+    return late[ranks - 1] if len(late) >= ranks else None
+
+
+def wait_ranks(kubectl: Callable, ns: str, name: str, ranks: int, after: float, timeout: float = 180) -> float:
+    """The time (this machine's clock) at which the last of `ranks` ranks started after `after`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = all_started(rank_starts(kubectl, ns, name), ranks, after)
+        if done is not None:
+            return done
+        time.sleep(0.3)
+    raise AssertionError(f"{ranks} ranks of {ns}/{name} did not start again within {timeout}s")
+
+
+def running_worker(kubectl: Callable, ns: str, name: str, index: int) -> dict:
+    """Worker `index`'s pod, Running and not being deleted (under either operator's labels)."""
+    (pod,) = [p for p in pods(kubectl, ns, name, "worker")
+              if p["spec"].get("hostname", p["metadata"]["name"]) == f"{name}-worker-{index}"
+              and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return pod
