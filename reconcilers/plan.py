@@ -56,7 +56,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
-from reconcilers.failure import retries, workerloss
+from reconcilers.failure import messages, retries, workerloss
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
@@ -181,13 +181,13 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" and retries.disruption(p) is None
                         for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
-    described = retries.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
+    described = messages.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
     announcing = accounts.new_failure and not launcher_done and newest is not None
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = retries.restarting(ctx, accounts, newest, accounts.announced().failed, described)
+        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
@@ -200,7 +200,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry and accounts.fails:
         # the newest failure, announced already: its message stays (the Job's count alone says less)
-        msg = retries.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described)
+        msg = messages.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     elif launcher_retry or lost or job_lost:
@@ -266,7 +266,7 @@ def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
     if not draft.finished():
-        ended = retries.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
+        ended = messages.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
         if ended:
             draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
             outcome.not_running_if_never_ran(draft, None)

@@ -13,7 +13,7 @@ import pytest
 from reconcilers import desired as dz
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
-from reconcilers.failure import ledger, retries
+from reconcilers.failure import ledger, messages, retries
 from reconcilers.failure import restartpolicy as rp
 from reconcilers.types import Config, Observed
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, mpijob, pod, run, running_state, with_status
@@ -442,4 +442,4 @@ def test_in_place_the_failure_that_ends_the_job_is_counted_and_stays():
                                               (127, "PermanentExitCode127"), (None, "PermanentExitCode")])
 def test_exit_code_permanent_reason_names_the_code(code, reason):
     """The reason names the code (issue 35); a Job failure whose pod and message lost it keeps the prefix."""
-    assert retries.permanent_reason(code) == reason
+    assert messages.permanent_reason(code) == reason
