@@ -159,7 +159,10 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     takeover.replace_lost_workers(ctx, draft)  # an upstream-started run: a lost bare worker back (section 6.3)
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
-    relaunching = retries.relaunch(ctx, draft, accounts)  # a disrupted launcher's exit 0 is no finish
+    # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
+    # starts with the new ones: both in a launcher Job made afresh (retries.remade).
+    renewed = children.workers_renewed(ctx)
+    relaunching = retries.relaunch(ctx, draft, accounts, renewed)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
@@ -187,7 +190,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described)
+        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described, renewed)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
@@ -200,7 +203,8 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry and accounts.fails:
         # the newest failure, announced already: its message stays (the Job's count alone says less)
-        msg = messages.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described)
+        msg = messages.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described,
+                                  renewed)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     elif launcher_retry or lost or job_lost:

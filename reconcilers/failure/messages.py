@@ -20,6 +20,7 @@ from reconcilers.failure.retries import (
     ended,
     failures,
     name_of,
+    remade,
     uid_of,
 )
 
@@ -37,12 +38,15 @@ def budget(ctx: JobContext, accounts: Accounts) -> str:
             + (f", {free} not counted" if free else ""))
 
 
-def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int, lost: list[str]) -> str:
+def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int, lost: list[str],
+               workers_renewed: bool = False) -> str:
     """Restarting's message for failure `f`: the attempt (its number among the failed ones,
-    `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again."""
-    how = ("the launcher Job is made afresh" if disrupted_success(ctx) is not None and f.pod == name_of(
-        disrupted_success(ctx) or {}) else "the launcher restarts in place" if _in_place_next(ctx, f)
-        else "the launcher Job starts a new pod")
+    `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again
+    (`workers_renewed`: the workers are being made afresh, children.workers_renewed)."""
+    drained = disrupted_success(ctx)  # (made afresh once its Job shows the completion)
+    afresh = f.pod in (remade(ctx, workers_renewed), name_of(drained) if drained is not None else None)
+    how = ("the launcher Job is made afresh" if afresh
+           else "the launcher restarts in place" if _in_place_next(ctx, f) else "the launcher Job starts a new pod")
     workers = f" after {', '.join(lost)}" if lost and "disrupted" not in f.cause else ""
     return (f"MPIJob {ctx.key} is restarting: launcher attempt {attempt_no} (pod {f.pod}) failed: "
             f"{f.cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, accounts)}; {how}.")

@@ -240,20 +240,13 @@ def _current_attempt(ctx: JobContext) -> str | None:
     return f"{name_of(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
 
 
-def _worker_index(ctx: JobContext, pod: Obj) -> int | None:
-    prefix = names.worker_name(ctx.job) + "-"
-    host = desired.pod_hostname(pod)
-    tail = host[len(prefix):] if host.startswith(prefix) else ""
-    return int(tail) if tail.isdigit() else None
-
-
 def _disrupted_workers(ctx: JobContext) -> list[tuple[Obj, Obj]]:
     """(worker pod, its DisruptionTarget) for the workers of this run that a disruption ends, those
     already gone from the cache included (Inputs.disrupted)."""
     count = desired.worker_replicas(ctx.job)
     seen: dict[str, Obj] = {}
     for pod in [*ctx.pods.workers, *(p for p in ctx.inputs.disrupted if desired.pod_role(p) == names.ROLE_WORKER)]:
-        index = _worker_index(ctx, pod)
+        index = desired.worker_index(ctx.job, pod)
         if disruption(pod) is not None and (index is None or index < count):
             seen.setdefault(uid_of(pod), pod)
     return [(p, disruption(p) or {}) for p in seen.values()]
@@ -409,16 +402,50 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
 # -- a launcher Job made afresh ---------------------------------------------------------------------
 
 
-def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
-    """A launcher Job that completed with a disrupted pod's exit 0 (`disrupted_success`) is made afresh:
-    its ledger, with that attempt announced as not counted, is handed over (`hand_over`) and the Job
-    is deleted; the next pass creates the new one with that ledger (`carry`). True while that happens."""
+def remade(ctx: JobContext, workers_renewed: bool) -> str | None:
+    """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
+    controller (docs/architecture.md section 11), or None:
+    - it exited 0 as a disruption ended it: its Job completed, and cannot retry a success;
+    - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
+      after a lost worker), or after, having run with the old ones (a busy mpirun can take seconds
+      to see a host gone): the Job would make the next pod after its backoff (10 s, doubling), long
+      after the new workers are up; a Job made afresh starts with them, the count carried over.
+    Never after a failure that ends the MPIJob (restartPolicy ExitCode, 1-127: `Failure.permanent`)."""
     launcher = ctx.launcher
-    if launcher is None or not ctx.owned(launcher) or status.job_outcome(launcher) is None \
-            or disrupted_success(ctx) is None:
-        return False
-    if ownership.deleting(launcher):
+    if launcher is None or not ctx.owned(launcher):
+        return None
+    if status.job_outcome(launcher) is not None:
+        pod = disrupted_success(ctx)
+        return name_of(pod) if pod is not None else None
+    ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
+    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed" \
+            or not (workers_renewed or _older_than_workers(ctx, newest)) \
+            or any(f.permanent for f in failures(ctx, {}) if f.pod == name_of(newest)):
+        return None  # (a pod still runs, or is being made: the Job retries by itself)
+    return name_of(newest)
+
+
+def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
+    """The pod was created before the worker object that runs now: it ran with workers since made
+    afresh. Both times are the API server's (one clock), in whole seconds: the same second is not older
+    (a first start creates both in one pass)."""
+    made = str(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp") or "")
+    return bool(made) and ctx.owned(ctx.workers) and _order(pod, 0)[0] < made
+
+
+def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed: bool) -> bool:
+    """The launcher Job made afresh when its own retry cannot or should not run it (`remade`): its
+    ledger, with the ended attempt announced, is handed over (`hand_over`) and the Job is deleted;
+    a later pass creates the new one with that ledger (`carry`). True while that happens."""
+    launcher = ctx.launcher
+    if launcher is not None and ctx.owned(launcher) and ownership.deleting(launcher):
         return True
+    pod = remade(ctx, workers_renewed)
+    if launcher is None or pod is None:
+        return False
     hand_over(ctx, draft, accounts.announced())
-    draft.recreate(launcher, "its pod was disrupted and exited 0: not a finish, the launcher runs again")
+    why = ("exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
+           else "failed while the workers are made afresh: the launcher starts with them, not after the Job's backoff")
+    draft.recreate(launcher, f"launcher pod {pod} {why}")
     return True
