@@ -214,9 +214,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    if not relaunching:
-        # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same)
-        retries.sync(ctx, draft, accounts, announcing, ledger_only=takeover.upstream_shaped(ctx))
+    # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same;
+    # a Job being made afresh gets its ledger too, so that the passes until it is gone announce nothing again)
+    retries.sync(ctx, draft, accounts, announcing, ledger_only=relaunching or takeover.upstream_shaped(ctx))
     gang.gang_wait(ctx, draft, running)
 
 

@@ -96,6 +96,11 @@ def test_worker_deleted_mid_run_the_launcher_job_is_made_afresh_with_the_workers
     assert msg.endswith("the launcher Job is made afresh."), msg
     book = handed_over(p)
     assert (book.failed, book.counted) == (1, 1), book
+    # both Jobs on their way out (Foreground: their pods first): nothing is announced again
+    j2, going = apply_plan(job, obs, replace(p, deletes=[]))
+    going = replace(going, launcher=deleting(going.launcher), workers=deleting(going.workers))
+    again = run(j2, going, "job")
+    assert not again.events and not again.creates, (again.events, again.creates)
     job, obs = apply_plan(job, obs, p)
     assert obs.launcher is None and obs.workers is None
 
