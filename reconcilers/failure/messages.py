@@ -44,7 +44,7 @@ def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int,
     `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again
     (`workers_renewed`: the workers are being made afresh, children.workers_renewed)."""
     drained = disrupted_success(ctx)  # (made afresh once its Job shows the completion)
-    afresh = f.pod in (remade(ctx, workers_renewed), name_of(drained) if drained is not None else None)
+    afresh = f.pod in (remade(ctx, workers_renewed, accounts), name_of(drained) if drained is not None else None)
     how = ("the launcher Job is made afresh" if afresh
            else "the launcher restarts in place" if _in_place_next(ctx, f) else "the launcher Job starts a new pod")
     workers = f" after {', '.join(lost)}" if lost and "disrupted" not in f.cause else ""

@@ -402,14 +402,14 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
 # -- a launcher Job made afresh ---------------------------------------------------------------------
 
 
-def remade(ctx: JobContext, workers_renewed: bool) -> str | None:
+def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | None:
     """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
     controller (docs/architecture.md section 11), or None:
     - it exited 0 as a disruption ended it: its Job completed, and cannot retry a success;
     - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
-      after a lost worker), or after, having run with the old ones (a busy mpirun can take seconds
-      to see a host gone): the Job would make the next pod after its backoff (10 s, doubling), long
-      after the new workers are up; a Job made afresh starts with them, the count carried over.
+      after a lost worker), or after, having run with the old ones (news still: a busy mpirun can take
+      seconds to see a host gone; not a failure announced before a resume): the Job's next pod would
+      come after its backoff (10 s, doubling); a Job made afresh starts with the new workers.
     Never after a failure that ends the MPIJob (restartPolicy ExitCode, 1-127: `Failure.permanent`)."""
     launcher = ctx.launcher
     if launcher is None or not ctx.owned(launcher):
@@ -419,11 +419,11 @@ def remade(ctx: JobContext, workers_renewed: bool) -> str | None:
         return name_of(pod) if pod is not None else None
     ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
     newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
-    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed" \
-            or not (workers_renewed or _older_than_workers(ctx, newest)) \
-            or any(f.permanent for f in failures(ctx, {}) if f.pod == name_of(newest)):
+    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed":
         return None  # (a pod still runs, or is being made: the Job retries by itself)
-    return name_of(newest)
+    mine = [f for f in accounts.fails if f.pod == name_of(newest)]
+    late = _older_than_workers(ctx, newest) and any(f in accounts.news for f in mine)
+    return name_of(newest) if (workers_renewed or late) and not any(f.permanent for f in mine) else None
 
 
 def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
@@ -435,17 +435,16 @@ def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
 
 
 def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed: bool) -> bool:
-    """The launcher Job made afresh when its own retry cannot or should not run it (`remade`): its
-    ledger, with the ended attempt announced, is handed over (`hand_over`) and the Job is deleted;
-    a later pass creates the new one with that ledger (`carry`). True while that happens."""
+    """The launcher Job made afresh where its own retry cannot or should not run it (`remade`): its
+    ledger, the attempt announced, handed over (`hand_over`, `carry`). True while that happens."""
     launcher = ctx.launcher
     if launcher is not None and ctx.owned(launcher) and ownership.deleting(launcher):
         return True
-    pod = remade(ctx, workers_renewed)
+    pod = remade(ctx, workers_renewed, accounts)
     if launcher is None or pod is None:
         return False
     hand_over(ctx, draft, accounts.announced())
-    why = ("exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
-           else "failed while the workers are made afresh: the launcher starts with them, not after the Job's backoff")
-    draft.recreate(launcher, f"launcher pod {pod} {why}")
+    draft.recreate(launcher, f"launcher pod {pod} " + (
+        "exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
+        else "failed with workers made afresh: it starts with the new ones, not after its backoff"))
     return True

@@ -63,6 +63,7 @@ def test_workers_lost(how, index, replicas, want):
     ("failed", False, "", None),  # the workers stay: the Job's own retry (its backoff paces a crash loop)
     ("failed", False, "2025-01-01T12:00:09Z", "pi-launcher-abc0"),  # it ran with workers made afresh since
     ("failed", False, LAUNCHER_AT, None),  # made in the same second as the workers: not older
+    ("announced", False, "2025-01-01T12:00:09Z", None),  # old news (a resume made the workers afresh)
     ("failed-and-retried", True, "", None),  # the Job already made its next pod
     ("permanent", True, "", None),  # ExitCode 3: the MPIJob fails, nothing runs again
     ("running", True, "", None),
@@ -70,11 +71,17 @@ def test_workers_lost(how, index, replicas, want):
 def test_remade(case, renewed, workers_at, want):
     job, obs = running_state(job_with("ExitCode" if case == "permanent" else None), "job")
     launchers = {"failed": [failed_launcher(job, code=205)], "permanent": [failed_launcher(job, code=3)],
+                 "announced": [failed_launcher(job, code=205)],
                  "failed-and-retried": [failed_launcher(job, code=205), running_launcher(job, 1)],
                  "running": [running_launcher(job)]}[case]
     workers_obj = {**obs.workers, "metadata": {**obs.workers["metadata"], "creationTimestamp": workers_at}}
     obs = replace(obs, pods=[at(p, LAUNCHER_AT) for p in launchers] + workers(job, "job"), workers=workers_obj)
-    assert retries.remade(ctx_of(job, obs), renewed) == want
+    if case == "announced":
+        book = ledger.Ledger(1, 1, last_at=LAUNCHER_AT, last_runs=(("pi-launcher-abc0", 0),))
+        obs = replace(obs, launcher={**obs.launcher, "metadata": {
+            **obs.launcher["metadata"], "annotations": {ledger.LEDGER: book.to_json()}}})
+    ctx = ctx_of(job, obs)
+    assert retries.remade(ctx, renewed, retries.account(ctx, active=True)) == want
 
 
 def test_worker_deleted_mid_run_the_launcher_job_is_made_afresh_with_the_workers_counted_once():
