@@ -16,8 +16,8 @@ after the Job's backoff. With the Job backend the operator recreates the worker 
 restarts) and a launcher restarted at once races them: it waits with whatever backoff its image uses,
 and can find an old worker's name on its way out (a second failure, counted, then the kubelet's 10 s):
 3.7-5.0 s measured (2.8, 2.8, 4.0 s once the worker Job was recreated at the delete). There the
-launcher Job is made afresh instead, with the new workers (retries.remade): 3.1-4.2 s, median 3.8. `in-place` restarts in place with both backends, `new-pod` never
-(docs/architecture.md section 11).
+launcher Job is made afresh instead, with the new workers (retries.remade): 3.1-4.2 s, median 3.8.
+`in-place` restarts in place with both backends, `new-pod` never (docs/architecture.md section 11).
 """
 
 from __future__ import annotations
