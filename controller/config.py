@@ -114,8 +114,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher-restart", choices=("auto", "in-place", "new-pod"), default="auto",
                    help="how a failed launcher runs again where the API server admits container restart rules "
                    "(Kubernetes >= 1.34): 'auto' (default) restarts its container in place with the StatefulSet "
-                   "backend and makes a new pod with the Job backend; 'in-place' restarts in place with both; "
-                   "'new-pod' always makes a new pod, after the launcher Job's backoff")
+                   "backend and makes a new pod with the Job backend (after a lost worker, in a launcher Job made "
+                   "afresh with the new workers); 'in-place' restarts in place with both; 'new-pod' always makes a "
+                   "new pod")
     return p
 
 

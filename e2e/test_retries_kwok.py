@@ -126,3 +126,38 @@ def test_drained_launcher_that_exits_0_runs_again_in_a_launcher_job_made_afresh(
     book = json.loads(new["metadata"]["annotations"][LEDGER])
     assert (book["failed"], book["counted"]) == (1, 0), book
     assert wait_finished(kubectl, namespace, "pi", 120) == "Succeeded", conditions(kubectl, namespace, "pi")
+
+
+def test_worker_deleted_the_launcher_job_is_made_afresh_with_the_workers_counted_once(kubectl, start_operator,
+                                                                                     namespace):
+    """The Job backend, default flags, backoffLimit 3: worker 0's pod deleted mid-run (it exits 0, as
+    sshd does: its index would stay complete) and the launcher failing on it (deleted here, exit 1:
+    kwok runs no mpirun). The operator makes the worker Job afresh and, instead of leaving the
+    launcher's retry to its Job's backoff (10 s), makes the launcher Job afresh too, created no
+    sooner than the new worker Job; the failure is announced once, counted once (1 of 3, carried in
+    the new Job's ledger), and the new launcher runs to Succeeded (docs/architecture.md section 11)."""
+    start_operator("job", namespace)
+    job = simulated_mpijob("pi", workers=2, launcher_runs="20s", run_policy={"backoffLimit": 3})
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["annotations"][EXIT_ON_DELETE] = "1"
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    first = one_live_launcher(kubectl, namespace, "pi")
+    old = {k: get(kubectl, namespace, "job", f"pi-{k}")["metadata"]["uid"] for k in ("launcher", "worker")}
+    (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if p["spec"]["hostname"] == "pi-worker-0"]
+    kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+    kubectl("-n", namespace, "delete", "pod", first["metadata"]["name"], "--wait=false")
+
+    def made_afresh() -> dict | None:
+        new = {k: get(kubectl, namespace, "job", f"pi-{k}") for k in ("launcher", "worker")}
+        return new if all(j and j["metadata"]["uid"] != old[k] for k, j in new.items()) else None
+
+    new = wait_until(made_afresh, 60, interval=0.3, what="the worker Job and the launcher Job made afresh")
+    made = {k: j["metadata"]["creationTimestamp"] for k, j in new.items()}
+    assert made["launcher"] >= made["worker"], made  # the launcher starts with the new workers
+    book = json.loads(new["launcher"]["metadata"]["annotations"][LEDGER])
+    assert (book["failed"], book["counted"]) == (1, 1), book
+    assert wait_finished(kubectl, namespace, "pi", 120) == "Succeeded", conditions(kubectl, namespace, "pi")
+    msgs = restarting_events(kubectl, namespace, "pi")
+    assert [m for m in msgs if "launcher attempt" in m] and all(
+        "launcher attempt 1 " in m and "counted, 1 of 3 retries" in m and "the launcher Job is made afresh" in m
+        for m in msgs if "launcher attempt" in m), msgs

@@ -62,10 +62,15 @@ def _succeeded_cleanly(kubectl, ns: str, name: str, result: str) -> str:
 
 
 def _attempts(kubectl, ns: str, name: str) -> int:
-    """Launcher attempts: its pods plus their containers' restarts in place (docs/architecture.md 11)."""
+    """Launcher attempts of a finished MPIJob: the failed ones its status counts
+    (`replicaStatuses.Launcher.failed`: in new pods, in place, and in a launcher Job made afresh, whose
+    old pods went with it: docs/architecture.md 11) and the last one; no fewer than its pods and their
+    containers' restarts in place show."""
     launchers = pods(kubectl, ns, name, "launcher")
-    return len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
-                                for cs in p["status"].get("containerStatuses") or [])
+    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    failed = (((job.get("status") or {}).get("replicaStatuses") or {}).get("Launcher") or {}).get("failed") or 0
+    return max(failed + 1, len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
+                                                for cs in p["status"].get("containerStatuses") or []))
 
 
 def _worker0_loss_noted_in_one_attempt(kubectl, ns: str, name: str, flavour: str) -> str:

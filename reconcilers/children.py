@@ -176,7 +176,29 @@ def workers_lost(ctx: JobContext, have: Obj) -> str | None:
             return f"the worker Job is {ctype}"
     done = sorted(desired.pod_hostname(p) for p in ctx.pods.workers
                   if (p.get("status") or {}).get("phase") == "Succeeded")
-    return f"worker pod(s) {', '.join(done)} ended" if done else None
+    if done:
+        return f"worker pod(s) {', '.join(done)} ended"
+    # A worker pod being deleted ends too, Succeeded as a rule (sshd exits 0): known at its delete,
+    # up to a second before the kubelet reports its end (its relist), and the workers' return is what
+    # a lost run waits for (docs/architecture.md section 11). An index past Worker replicas is a
+    # scale-down's, not a loss.
+    count = desired.worker_replicas(ctx.job)
+    going = sorted(desired.pod_hostname(p) for p in ctx.pods.workers if ownership.deleting(p)
+                   and (desired.worker_index(ctx.job, p) or 0) < count)
+    return f"worker pod(s) {', '.join(going)} being deleted" if going else None
+
+
+def workers_renewed(ctx: JobContext) -> bool:
+    """The workers are being made afresh while the MPIJob runs (section 4): their object gone (this
+    plan creates it), being deleted, or to be deleted by this plan (its Job lost a worker). A launcher
+    that starts meanwhile finds the old workers' names on their way out, or no names at all."""
+    if not isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict) or desired.worker_replicas(ctx.job) == 0 \
+            or takeover.upstream_shaped(ctx):
+        return False
+    have = ctx.workers
+    if have is None or (ctx.owned(have) and ownership.deleting(have)):
+        return True
+    return ctx.owned(have) and have.get("kind") == "Job" and workers_lost(ctx, have) is not None
 
 
 def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
@@ -225,6 +247,10 @@ def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
     # and on every resume (a suspended launcher Job stays suspended until then).
     hold = running and ctx.spec["launcherCreationPolicy"] == "WaitForWorkersReady" and not workers_ready(ctx)
     if have is None:
+        # Nor while the workers it would run with are on their way out (a launcher Job made afresh
+        # after a lost worker, retries.relaunch): it starts with the new ones, created in the same
+        # plan as on a first start (section 11).
+        hold = hold or (ctx.workers is not None and workers_renewed(ctx))
         if running and not hold:
             if ownership.stale_alive(ctx.pods, names.ROLE_LAUNCHER):
                 draft.requeue(STALE_RECHECK_SECONDS)

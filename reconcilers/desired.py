@@ -120,6 +120,14 @@ def pod_hostname(pod: Obj) -> str:
     return spec.get("hostname") or (pod.get("metadata") or {}).get("name", "")
 
 
+def worker_index(mpijob: Obj, pod: Obj) -> int | None:
+    """The index of a worker pod of this MPIJob (`<job>-worker-<i>`), from its hostname."""
+    prefix = names.worker_name(mpijob) + "-"
+    host = pod_hostname(pod)
+    tail = host[len(prefix):] if host.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None
+
+
 def is_pod_active(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and not (pod.get("metadata") or {}).get(
         "deletionTimestamp")

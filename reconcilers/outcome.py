@@ -19,7 +19,7 @@ from __future__ import annotations
 from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.failure import evidence, retries, workerloss
+from reconcilers.failure import evidence, messages, retries, workerloss
 from reconcilers.refusal import Refusal
 
 # How soon a verdict that waits on the launcher's log (or on the pod cache) is looked at again, in
@@ -105,7 +105,7 @@ def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
         draft.status.setdefault("completionTime", when or status.fmt_time(ctx.now))
         draft.status["replicaStatuses"] = {}
         workerloss.drop(draft)  # the loss, if any, cut no rank short: the launcher's log says so
-    elif (permanent := retries.permanent_exit(ctx, reason, message)) is not None:
+    elif (permanent := messages.permanent_exit(ctx, reason, message)) is not None:
         draft.fail(*permanent, when)  # restartPolicy ExitCode: the reason names the exit code's class
     else:
         detail = last_failed_launcher_pod(ctx) if reason == "BackoffLimitExceeded" else ""

@@ -56,7 +56,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
-from reconcilers.failure import retries, workerloss
+from reconcilers.failure import messages, retries, workerloss
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
@@ -159,7 +159,10 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     takeover.replace_lost_workers(ctx, draft)  # an upstream-started run: a lost bare worker back (section 6.3)
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
-    relaunching = retries.relaunch(ctx, draft, accounts)  # a disrupted launcher's exit 0 is no finish
+    # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
+    # starts with the new ones: both in a launcher Job made afresh (retries.remade).
+    renewed = children.workers_renewed(ctx)
+    relaunching = retries.relaunch(ctx, draft, accounts, renewed)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
@@ -181,13 +184,13 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" and retries.disruption(p) is None
                         for p in ctx.pods.launchers)
     launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
-    described = retries.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
+    described = messages.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
     announcing = accounts.new_failure and not launcher_done and newest is not None
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = retries.restarting(ctx, accounts, newest, accounts.announced().failed, described)
+        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described, renewed)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)
@@ -200,7 +203,8 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
             draft.event("Normal", status.R_RUNNING, msg)
     elif launcher_retry and accounts.fails:
         # the newest failure, announced already: its message stays (the Job's count alone says less)
-        msg = retries.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described)
+        msg = messages.restarting(ctx, accounts, accounts.fails[-1], accounts.book.failed, described,
+                                  renewed)
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
     elif launcher_retry or lost or job_lost:
@@ -210,9 +214,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    if not relaunching:
-        # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same)
-        retries.sync(ctx, draft, accounts, announcing, ledger_only=takeover.upstream_shaped(ctx))
+    # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same;
+    # a Job being made afresh gets its ledger too, so that the passes until it is gone announce nothing again)
+    retries.sync(ctx, draft, accounts, announcing, ledger_only=relaunching or takeover.upstream_shaped(ctx))
     gang.gang_wait(ctx, draft, running)
 
 
@@ -266,7 +270,7 @@ def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None
     if not draft.finished():
         outcome.launcher_outcome(ctx, draft)
     if not draft.finished():
-        ended = retries.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
+        ended = messages.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
         if ended:
             draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
             outcome.not_running_if_never_ran(draft, None)

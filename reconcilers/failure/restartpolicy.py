@@ -11,10 +11,12 @@ then doubling).
 
 When (`--launcher-restart`, `Config.launcher_restart`): `auto`, the default, restarts in place with
 the StatefulSet backend only, where a lost worker alone is replaced (Ready again in about 2 s): all
-ranks ran again 2.0-3.8 s after a worker's delete in 13 runs of 18, against 11-13 s through a new
-pod, and 32-48 s in 5 (the launcher restarted before the replacement ran, and its first name lookup
-hung). With the Job backend the operator recreates the worker Job (every worker restarts) and a
-launcher restarted at once waits for them with whatever backoff its image uses: 3-32 s measured.
+ranks ran again 2.3-3.5 s after a worker's delete in 8 runs of 8, against 11-13 s through a new pod
+after the Job's backoff. With the Job backend the operator recreates the worker Job (every worker
+restarts) and a launcher restarted at once races them: it waits with whatever backoff its image uses,
+and can find an old worker's name on its way out (a second failure, counted, then the kubelet's 10 s):
+3.7-5.0 s measured (2.8, 2.8, 4.0 s once the worker Job was recreated at the delete). There the
+launcher Job is made afresh instead, with the new workers (retries.remade): 3.1-4.2 s, median 3.8.
 `in-place` restarts in place with both backends, `new-pod` never (docs/architecture.md section 11).
 """
 

@@ -33,7 +33,6 @@ How the launcher runs again, in place or in a new pod: reconcilers/failure/resta
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from reconcilers import desired, diff, names, ownership, status
@@ -45,16 +44,11 @@ from reconcilers.failure.restartpolicy import (
     DISRUPTION_TARGET,
     EXIT_CODE,
     PERMANENT_EXIT_CODES,
-    backoff_limit,
     launcher_container_name,
     launcher_policy,
 )
 from reconcilers.types import Obj, Patch
 
-# The Failed reason of restartPolicy ExitCode names the code, PermanentExitCode<N> (issue 35: "its
-# reason naming the code"); clients match the prefix (README, "Troubleshooting").
-R_PERMANENT_EXIT_CODE = "PermanentExitCode"
-R_BACKOFF_LIMIT = "BackoffLimitExceeded"
 _WHY_MAX = 200  # characters of a reason kept in the ledger
 # A failure announced while the launcher already runs again (restarted in place) is followed by
 # Running this long after: the status echo of the announcement reconciles nothing (news.py).
@@ -79,11 +73,11 @@ class Failure:
     excused: bool = False  # not counted by a ledger entry: the launcher Job counted it, its limit makes up
 
 
-def _name(obj: Obj) -> str:
+def name_of(obj: Obj) -> str:
     return (obj.get("metadata") or {}).get("name", "?")
 
 
-def _uid(obj: Obj) -> str:
+def uid_of(obj: Obj) -> str:
     return (obj.get("metadata") or {}).get("uid", "")
 
 
@@ -96,7 +90,7 @@ def disruption(pod: Obj) -> Obj | None:
     return None
 
 
-def _disruption_text(c: Obj) -> str:
+def disruption_text(c: Obj) -> str:
     reason, message = c.get("reason") or "Disrupted", (c.get("message") or "").rstrip(".")
     return f"{reason}: {message}" if message else reason
 
@@ -118,12 +112,12 @@ def _exit(term: Obj) -> tuple[int | None, str]:
 def _launchers(ctx: JobContext) -> list[Obj]:
     """The launcher Job's pods, oldest first, with those a disruption ended that left the cache
     before a plan saw them fail (remembered by the controller: Inputs.disrupted)."""
-    owner = _uid(ctx.launcher or {})
-    unique = {_uid(p) or _name(p): p for p in ctx.pods.launchers}
+    owner = uid_of(ctx.launcher or {})
+    unique = {uid_of(p) or name_of(p): p for p in ctx.pods.launchers}
     for p in ctx.inputs.disrupted:
         if desired.pod_role(p) == names.ROLE_LAUNCHER and owner and _controller_uid(p) == owner:
-            unique.setdefault(_uid(p), p)
-    return sorted(unique.values(), key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "", _name(p)))
+            unique.setdefault(uid_of(p), p)
+    return sorted(unique.values(), key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "", name_of(p)))
 
 
 def _controller_uid(pod: Obj) -> str | None:
@@ -136,7 +130,7 @@ def restarts(ctx: JobContext, pod: Obj) -> int:
     return n if isinstance(n, int) and n > 0 else 0
 
 
-def _ended(pod: Obj) -> bool:
+def ended(pod: Obj) -> bool:
     """Failed; a disrupted pod being deleted (it will not run again, whatever phase was seen last); or a
     disrupted pod that exited 0 (a drain's SIGTERM: Open MPI 5's mpirun can exit 0 on it), which is no
     finish (`disrupted_success`)."""
@@ -156,7 +150,7 @@ def _terminations(ctx: JobContext, pod: Obj, cs: Obj) -> list[Obj]:
     now = state.get("terminated") or {}
     if not now and ((state.get("waiting") or {}).get("reason") == "CrashLoopBackOff") and last:
         now, last = last, {}  # ended, waits out the back-off: lastState is this run's end
-    if now and (_ended(pod) or (pod.get("status") or {}).get("phase") == "Succeeded"
+    if now and (ended(pod) or (pod.get("status") or {}).get("phase") == "Succeeded"
                 or not _will_restart(ctx, now.get("exitCode"))):
         now = {}  # the pod's own end (below), not a restart in place
     ends: list[Obj] = [{} for _ in range(runs)]
@@ -180,14 +174,14 @@ def _will_restart(ctx: JobContext, code: object) -> bool:
 
 
 def _order(pod: Obj, run: int) -> tuple[str, str, int]:
-    return ((pod.get("metadata") or {}).get("creationTimestamp") or "", _name(pod), run)
+    return ((pod.get("metadata") or {}).get("creationTimestamp") or "", name_of(pod), run)
 
 
 def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
     """Every failed attempt of the launcher Job's pods, oldest first."""
     out: list[Failure] = []
     for pod in _launchers(ctx):
-        name, cs = _name(pod), _container_status(ctx, pod)
+        name, cs = name_of(pod), _container_status(ctx, pod)
         ends = _terminations(ctx, pod, cs)
         for k, end in enumerate(ends):
             attempt = f"{name}#{k}"
@@ -195,7 +189,7 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
             why = _why(not_counted.get(attempt))
             out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
                                order=_order(pod, k), excused=bool(why)))
-        if not _ended(pod):
+        if not ended(pod):
             continue
         run = restarts(ctx, pod)
         attempt, order = f"{name}#{run}", _order(pod, run)
@@ -203,7 +197,7 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
         term = ((cs.get("state") or {}).get("terminated") or {})
         code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
         if own is not None:
-            out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({_disruption_text(own)})", False,
+            out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
                                code, order=order, excused=attempt in not_counted))
             continue
         why = _why(not_counted.get(attempt))
@@ -241,16 +235,9 @@ def _current_attempt(ctx: JobContext) -> str | None:
     if not live:
         return None
     pod = live[-1]
-    if _ended(pod):
-        return f"{_name(pod)}#{restarts(ctx, pod)}"
-    return f"{_name(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
-
-
-def _worker_index(ctx: JobContext, pod: Obj) -> int | None:
-    prefix = names.worker_name(ctx.job) + "-"
-    host = desired.pod_hostname(pod)
-    tail = host[len(prefix):] if host.startswith(prefix) else ""
-    return int(tail) if tail.isdigit() else None
+    if ended(pod):
+        return f"{name_of(pod)}#{restarts(ctx, pod)}"
+    return f"{name_of(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
 
 
 def _disrupted_workers(ctx: JobContext) -> list[tuple[Obj, Obj]]:
@@ -259,14 +246,14 @@ def _disrupted_workers(ctx: JobContext) -> list[tuple[Obj, Obj]]:
     count = desired.worker_replicas(ctx.job)
     seen: dict[str, Obj] = {}
     for pod in [*ctx.pods.workers, *(p for p in ctx.inputs.disrupted if desired.pod_role(p) == names.ROLE_WORKER)]:
-        index = _worker_index(ctx, pod)
+        index = desired.worker_index(ctx.job, pod)
         if disruption(pod) is not None and (index is None or index < count):
-            seen.setdefault(_uid(pod), pod)
+            seen.setdefault(uid_of(pod), pod)
     return [(p, disruption(p) or {}) for p in seen.values()]
 
 
 def _observed_uids(ctx: JobContext) -> set[str]:
-    return {_uid(p) for p in [*ctx.pods.workers, *ctx.pods.launchers, *ctx.inputs.disrupted]}
+    return {uid_of(p) for p in [*ctx.pods.workers, *ctx.pods.launchers, *ctx.inputs.disrupted]}
 
 
 def bind(ctx: JobContext, book: Ledger) -> dict[str, Obj]:
@@ -285,7 +272,7 @@ def bind(ctx: JobContext, book: Ledger) -> dict[str, Obj]:
     used = {v.get("uid") for v in entries.values()}
     fails = failures(ctx, entries)
     for pod, c in _disrupted_workers(ctx):
-        host, uid = desired.pod_hostname(pod), _uid(pod)
+        host, uid = desired.pod_hostname(pod), uid_of(pod)
         if uid in used:
             continue
         used.add(uid)
@@ -295,7 +282,7 @@ def bind(ctx: JobContext, book: Ledger) -> dict[str, Obj]:
         target = fresh[0] if fresh else current if current not in out else None
         if target is not None:
             out[target] = {"worker": host, "uid": uid,
-                           "why": f"worker {host} was disrupted ({_disruption_text(c)})"[:_WHY_MAX]}
+                           "why": f"worker {host} was disrupted ({disruption_text(c)})"[:_WHY_MAX]}
     return out
 
 
@@ -308,10 +295,10 @@ def launcher_disruptions(ctx: JobContext, entries: dict[str, Obj]) -> dict[str, 
     out = dict(entries)
     for pod in _launchers(ctx):
         c = disruption(pod)
-        if c is not None and _ended(pod):
-            out.setdefault(f"{_name(pod)}#{restarts(ctx, pod)}", {
-                "launcher": _name(pod), "uid": _uid(pod),
-                "why": f"launcher pod {_name(pod)} was disrupted ({_disruption_text(c)})"[:_WHY_MAX]})
+        if c is not None and ended(pod):
+            out.setdefault(f"{name_of(pod)}#{restarts(ctx, pod)}", {
+                "launcher": name_of(pod), "uid": uid_of(pod),
+                "why": f"launcher pod {name_of(pod)} was disrupted ({disruption_text(c)})"[:_WHY_MAX]})
     return out
 
 
@@ -415,110 +402,49 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
 # -- a launcher Job made afresh ---------------------------------------------------------------------
 
 
-def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
-    """A launcher Job that completed with a disrupted pod's exit 0 (`disrupted_success`) is made afresh:
-    its ledger, with that attempt announced as not counted, is handed over (`hand_over`) and the Job
-    is deleted; the next pass creates the new one with that ledger (`carry`). True while that happens."""
+def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | None:
+    """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
+    controller (docs/architecture.md section 11), or None:
+    - it exited 0 as a disruption ended it: its Job completed, and cannot retry a success;
+    - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
+      after a lost worker), or after, having run with the old ones (news still: a busy mpirun can take
+      seconds to see a host gone; not a failure announced before a resume): the Job's next pod would
+      come after its backoff (10 s, doubling); a Job made afresh starts with the new workers.
+    Never after a failure that ends the MPIJob (restartPolicy ExitCode, 1-127: `Failure.permanent`)."""
     launcher = ctx.launcher
-    if launcher is None or not ctx.owned(launcher) or status.job_outcome(launcher) is None \
-            or disrupted_success(ctx) is None:
-        return False
-    if ownership.deleting(launcher):
+    if launcher is None or not ctx.owned(launcher):
+        return None
+    if status.job_outcome(launcher) is not None:
+        pod = disrupted_success(ctx)
+        return name_of(pod) if pod is not None else None
+    ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
+    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed":
+        return None  # (a pod still runs, or is being made: the Job retries by itself)
+    mine = [f for f in accounts.fails if f.pod == name_of(newest)]
+    late = _older_than_workers(ctx, newest) and any(f in accounts.news for f in mine)
+    return name_of(newest) if (workers_renewed or late) and not any(f.permanent for f in mine) else None
+
+
+def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
+    """The pod was created before the worker object that runs now: it ran with workers since made
+    afresh. Both times are the API server's (one clock), in whole seconds: the same second is not older
+    (a first start creates both in one pass)."""
+    made = str(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp") or "")
+    return bool(made) and ctx.owned(ctx.workers) and _order(pod, 0)[0] < made
+
+
+def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed: bool) -> bool:
+    """The launcher Job made afresh where its own retry cannot or should not run it (`remade`): its
+    ledger, the attempt announced, handed over (`hand_over`, `carry`). True while that happens."""
+    launcher = ctx.launcher
+    if launcher is not None and ctx.owned(launcher) and ownership.deleting(launcher):
         return True
+    pod = remade(ctx, workers_renewed, accounts)
+    if launcher is None or pod is None:
+        return False
     hand_over(ctx, draft, accounts.announced())
-    draft.recreate(launcher, "its pod was disrupted and exited 0: not a finish, the launcher runs again")
+    draft.recreate(launcher, f"launcher pod {pod} " + (
+        "exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
+        else "failed with workers made afresh: it starts with the new ones, not after its backoff"))
     return True
-
-
-# -- what the status says ---------------------------------------------------------------------------
-
-
-def budget(ctx: JobContext, accounts: Accounts) -> str:
-    limit = backoff_limit(ctx.job)
-    free = accounts.total - accounts.total_counted
-    return (f"{accounts.total_counted} of {limit} retries (runPolicy.backoffLimit) used"
-            + (f", {free} not counted" if free else ""))
-
-
-def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int, lost: list[str]) -> str:
-    """Restarting's message for failure `f`: the attempt (its number among the failed ones,
-    `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again."""
-    how = ("the launcher Job is made afresh" if disrupted_success(ctx) is not None and f.pod == _name(
-        disrupted_success(ctx) or {}) else "the launcher restarts in place" if _in_place_next(ctx, f)
-        else "the launcher Job starts a new pod")
-    workers = f" after {', '.join(lost)}" if lost and "disrupted" not in f.cause else ""
-    return (f"MPIJob {ctx.key} is restarting: launcher attempt {attempt_no} (pod {f.pod}) failed: "
-            f"{f.cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, accounts)}; {how}.")
-
-
-def _in_place_next(ctx: JobContext, f: Failure) -> bool:
-    pod = next((p for p in ctx.pods.launchers if _name(p) == f.pod), None)
-    return pod is not None and f.in_place and not _ended(pod) and (pod.get("status") or {}).get("phase") != "Succeeded"
-
-
-def lost_workers(ctx: JobContext) -> list[str]:
-    """What ended each worker pod that is gone or going (for messages): disrupted, or deleted/ended;
-    those whose delete the controller saw though the cache no longer holds them included
-    (Inputs.gone_workers, as workerloss.py counts them: a replaced pod goes in a fraction of a second)."""
-    out = []
-    cached = {_uid(p) for p in ctx.pods.workers}
-    gone = [p for p in ctx.inputs.gone_workers if _uid(p) not in cached]
-    for pod in [*ctx.pods.workers, *gone]:
-        c = disruption(pod)
-        if c is not None:
-            out.append(f"worker {desired.pod_hostname(pod)} was disrupted ({_disruption_text(c)})")
-        elif pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
-                pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            out.append(f"worker {desired.pod_hostname(pod)} was lost")
-    return out
-
-
-def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:
-    """(reason, message) of the MPIJob's failure that the launcher's attempts decide, before the
-    launcher Job shows it: an exit code that restartPolicy ExitCode makes permanent (the Job's
-    podFailurePolicy fails it too, a second later), or more counted failures than
-    runPolicy.backoffLimit allows (the ledger's count and the new ones; the Job, a failure wider, is
-    stopped)."""
-    fails = accounts.fails
-    permanent = next((f for f in fails if f.permanent), None)
-    if permanent is not None:
-        return permanent_reason(permanent.exit_code), _permanent_message(ctx, permanent.exit_code, permanent.pod)
-    limit = backoff_limit(ctx.job)
-    if accounts.total_counted <= limit:
-        return None
-    news = accounts.news
-    last = next((f for f in reversed(news) if f.counted), None)
-    free = accounts.total - accounts.total_counted
-    where = (f"; last: attempt {accounts.book.failed + news.index(last) + 1} (pod {last.pod}) {last.cause}"
-             if last is not None else "")
-    return R_BACKOFF_LIMIT, (
-        f"MPIJob {ctx.key} has failed: the launcher failed {accounts.total_counted} time(s), more than "
-        f"runPolicy.backoffLimit ({limit}) allows{where}" + (f" ({free} failure(s) not counted)" if free else ""))
-
-
-def permanent_reason(code: int | None) -> str:
-    """`PermanentExitCode3` for exit code 3; the bare prefix when the code is unknown."""
-    return f"{R_PERMANENT_EXIT_CODE}{code}" if code is not None else R_PERMANENT_EXIT_CODE
-
-
-def _permanent_message(ctx: JobContext, code: int | None, pod: str) -> str:
-    where = f" (pod {pod})" if pod else ""
-    return (f"MPIJob {ctx.key} has failed: the launcher{where} exited with code {code if code is not None else '?'}, "
-            "which restartPolicy ExitCode treats as permanent (1-127: not retried; 128-255 are retried, counted "
-            "against runPolicy.backoffLimit)")
-
-
-_JOB_EXIT = re.compile(r"exit code (\d+)")
-
-
-def permanent_exit(ctx: JobContext, reason: str, message: str) -> tuple[str, str] | None:
-    """For the launcher Job's failure by its podFailurePolicy under restartPolicy ExitCode: the
-    MPIJob's reason and a message naming the exit code (None for any other failure)."""
-    if reason != "PodFailurePolicy" or launcher_policy(ctx.job) != EXIT_CODE:
-        return None
-    found = next((f for f in reversed(failures(ctx, {})) if f.permanent), None)
-    if found is not None:
-        return permanent_reason(found.exit_code), _permanent_message(ctx, found.exit_code, found.pod)
-    m = _JOB_EXIT.search(message or "")  # the pod left the cache: the Job controller's message names it
-    code = int(m.group(1)) if m else None
-    return permanent_reason(code), _permanent_message(ctx, code, "")

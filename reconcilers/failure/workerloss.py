@@ -49,7 +49,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reconcilers import desired, names, ownership, status
+from reconcilers import desired, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure import evidence
@@ -77,12 +77,6 @@ def _meta(obj: Obj) -> Obj:
 
 def _phase(pod: Obj) -> str | None:
     return (pod.get("status") or {}).get("phase")
-
-
-def _index(ctx: JobContext, pod: Obj) -> int | None:
-    prefix = names.worker_name(ctx.job) + "-"
-    host = desired.pod_hostname(pod)
-    return int(host[len(prefix):]) if host.startswith(prefix) and host[len(prefix):].isdigit() else None
 
 
 def delete_asked_at(pod: Obj) -> datetime | None:
@@ -123,7 +117,7 @@ def _lost_pods(ctx: JobContext) -> list[Obj]:
     out = []
     for pod in [*ctx.pods.workers, *ctx.inputs.gone_workers]:
         gone = any(pod is g for g in ctx.inputs.gone_workers)
-        index = _index(ctx, pod)
+        index = desired.worker_index(ctx.job, pod)
         if (index is None or index < count) and (gone or ownership.ended(pod) or ownership.deleting(pod)):
             out.append(pod)
     return out

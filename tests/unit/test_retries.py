@@ -13,7 +13,7 @@ import pytest
 from reconcilers import desired as dz
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
-from reconcilers.failure import ledger, retries
+from reconcilers.failure import ledger, messages, retries
 from reconcilers.failure import restartpolicy as rp
 from reconcilers.types import Config, Observed
 from tests.unit.sim import BACKENDS, apply_plan, job_finished, mpijob, pod, run, running_state, with_status
@@ -74,6 +74,12 @@ def with_pods(obs: Observed, pods: list[dict], **launcher_status) -> Observed:
 
 def not_counted(patch: dict) -> dict:
     return json.loads(patch["metadata"]["annotations"][ledger.LEDGER])["notCounted"]
+
+
+def handed_over(p) -> ledger.Ledger:
+    """The ledger a plan hands to the launcher Job made afresh (on the ConfigMap: ledger.hand_over)."""
+    patch = next(x.patch for x in p.patches if x.ref.kind == "ConfigMap")
+    return ledger.parse(patch["metadata"]["annotations"][ledger.LEDGER])
 
 
 def launcher_patch(p) -> dict | None:
@@ -194,15 +200,20 @@ def test_disruption_of_a_worker_does_not_count_the_launcher_failure_it_causes(ba
     msg = cond(p.status, st.RESTARTING)["message"]
     assert "exit code 205; worker pi-worker-1 was disrupted (EvictionByEvictionAPI" in msg, msg
     assert "not counted, 0 of 0 retries (runPolicy.backoffLimit) used, 1 not counted" in msg, msg
-    if seen == "with-the-failure":
+    if seen == "with-the-failure" and backend == "statefulset":
         assert launcher_patch(p)["spec"]["backoffLimit"] == 2
+    elif seen == "with-the-failure":  # the Job backend makes the launcher Job afresh with the ledger (section 11)
+        book = handed_over(p)
+        assert (book.failed, book.counted, book.excused) == (1, 0, 1), book
+        assert ledger.job_limit(job, obs.launcher, book) == 2
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["statefulset"])
 def test_disruption_excuses_the_failure_it_caused_not_the_retry_before_the_worker_is_back(backend):
     """The eviction excuses the failure it caused; the retry that fails while worker 0 is still away
     counts (the launcher's own: it started without its host), and so does the next: backoffLimit 1
-    is exceeded at the second counted failure (tests/unit/test_retry_ledger.py: pending_replacement)."""
+    is exceeded at the second counted failure (tests/unit/test_retry_ledger.py: pending_replacement).
+    The Job backend's launcher Job made afresh with its workers: tests/unit/test_relaunch_workers.py."""
     job, obs = running_state(job_with(backoff=1), backend)
     first = failed_launcher(job, 0, code=205)
     obs = with_pods(obs, [first, *workers(job, backend, disrupted=0)], active=0, ready=0, failed=1)
@@ -442,4 +453,4 @@ def test_in_place_the_failure_that_ends_the_job_is_counted_and_stays():
                                               (127, "PermanentExitCode127"), (None, "PermanentExitCode")])
 def test_exit_code_permanent_reason_names_the_code(code, reason):
     """The reason names the code (issue 35); a Job failure whose pod and message lost it keeps the prefix."""
-    assert retries.permanent_reason(code) == reason
+    assert messages.permanent_reason(code) == reason
