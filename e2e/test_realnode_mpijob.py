@@ -16,6 +16,7 @@ import yaml
 
 from testsupport.kubectl import role_pods, wait_finished
 from testsupport.paths import ROOT
+from testsupport.realnode_mpi import failed_launcher_attempts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -66,14 +67,6 @@ def test_pi_by_mpirun_succeeds(kubectl, realnode, operator, namespace, backend):
     print(f"\n[{backend}] real MPIJob submit -> Succeeded: {wall:.1f}s\n{logs}")
     assert "pi is approximately 3.14159" in logs and "4 ranks on 2 hosts" in logs, logs
     _wait_workers_stopped(kubectl, namespace, "pi")
-
-
-def _failed_attempts(kubectl, ns: str, name: str) -> int:
-    """Launcher attempts that failed: pods that failed, and runs restarted in place (the StatefulSet
-    backend restarts the launcher container in place where the cluster can, docs/architecture.md 10)."""
-    ps = role_pods(kubectl, ns, name, "launcher")
-    return sum(p["status"].get("phase") == "Failed" for p in ps) + sum(
-        ((p["status"].get("containerStatuses") or [{}])[0]).get("restartCount", 0) for p in ps)
 
 
 def test_failing_program_retries_to_backoff_limit_then_fails(kubectl, realnode, operator, namespace, backend):
@@ -145,7 +138,7 @@ def test_worker_killed_mid_run_launcher_retries(kubectl, realnode, operator, nam
         raise AssertionError("the deleted worker did not come back Ready")
     print(f"\n[{backend}] real worker deleted -> both workers Ready again: {time.monotonic() - t0:.1f}s")
     assert wait_finished(kubectl, namespace, "pi-kill", 300) == "Succeeded"
-    assert _failed_attempts(kubectl, namespace, "pi-kill") >= 1, "no launcher attempt failed"
+    assert failed_launcher_attempts(kubectl, namespace, "pi-kill") >= 1, "no launcher attempt failed"
     assert "4 ranks on 2 hosts" in _launcher_logs(kubectl, namespace, "pi-kill")
 
 

@@ -22,6 +22,7 @@ from testsupport.realnode_mpi import (
     SSHD,
     apply,
     condition,
+    failed_launcher_attempts,
     launcher_logs,
     mpijob,
     mpijob_events,
@@ -62,15 +63,8 @@ def _succeeded_cleanly(kubectl, ns: str, name: str, result: str) -> str:
 
 
 def _attempts(kubectl, ns: str, name: str) -> int:
-    """Launcher attempts of a finished MPIJob: the failed ones its status counts
-    (`replicaStatuses.Launcher.failed`: in new pods, in place, and in a launcher Job made afresh, whose
-    old pods went with it: docs/architecture.md 11) and the last one; no fewer than its pods and their
-    containers' restarts in place show."""
-    launchers = pods(kubectl, ns, name, "launcher")
-    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
-    failed = (((job.get("status") or {}).get("replicaStatuses") or {}).get("Launcher") or {}).get("failed") or 0
-    return max(failed + 1, len(launchers) + sum(cs.get("restartCount", 0) for p in launchers
-                                                for cs in p["status"].get("containerStatuses") or []))
+    """Launcher attempts of a finished MPIJob: the failed ones and the last one."""
+    return failed_launcher_attempts(kubectl, ns, name) + 1
 
 
 def _worker0_loss_noted_in_one_attempt(kubectl, ns: str, name: str, flavour: str) -> str:

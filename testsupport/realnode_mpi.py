@@ -89,6 +89,19 @@ def mpijob_events(kubectl: Callable, ns: str, name: str) -> list[dict]:
     return json.loads(r.stdout)["items"]
 
 
+def failed_launcher_attempts(kubectl: Callable, ns: str, name: str) -> int:
+    """Launcher attempts that failed: those the MPIJob's status counts (`replicaStatuses.Launcher.failed`:
+    in new pods, in place, and in a launcher Job made afresh after a lost worker on the Job backend,
+    whose old pods went with it: docs/architecture.md 11), and no fewer than the pods show (failed
+    pods and their containers' restarts in place)."""
+    launchers = pods(kubectl, ns, name, "launcher")
+    shown = sum(p["status"].get("phase") == "Failed" for p in launchers) + sum(
+        cs.get("restartCount", 0) for p in launchers for cs in p["status"].get("containerStatuses") or [])
+    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    counted = (((job.get("status") or {}).get("replicaStatuses") or {}).get("Launcher") or {}).get("failed") or 0
+    return max(counted, shown)
+
+
 def launcher_logs(kubectl: Callable, ns: str, name: str) -> str:
     """The output of every launcher pod (attempt) of the MPIJob, oldest first."""
     ps = sorted(pods(kubectl, ns, name, "launcher"), key=lambda p: p["metadata"]["creationTimestamp"])
