@@ -11,12 +11,13 @@ import sys
 
 import pytest
 
-from testsupport import builds
+from testsupport import builds, group_times
 from testsupport.paths import ROOT
 
 pytest_plugins = ["tests.cluster_fixtures"]
 BUILDS_LOG = ROOT / "build" / "test-builds.log"
 _PROC = pytest.StashKey()  # the background builds' process
+_UNITS: dict[str, group_times.Unit] = {}  # where this run's time went, per scheduling unit (controller)
 EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
 # Test modules that must not run beside each other, though each may run beside the rest: one
@@ -148,3 +149,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if pid_file is not None and pid_file.exists():
         builds.stop_pid(int(pid_file.read_text()))
         pid_file.unlink()
+
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The controller (or a run without xdist) sees every worker's reports: it keeps the times.
+    if _worker() is None:
+        node = getattr(report, "node", None)  # the xdist worker that ran it
+        group_times.add(_UNITS, _group(report.nodeid), report.when, report.duration, report.start, report.stop,
+                        node.gateway.id if node is not None else "")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = group_times.table(_UNITS)
+    if lines and _worker() is None:
+        terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,45 @@
+"""Where make test's time went, per scheduling unit (a test module, or a GROUPS entry of the root
+conftest.py): how many tests, the sum of their own times (setup, call and teardown: what one worker
+spent on the unit), and the span from its first test's start to its last test's end (when it ran
+beside the others). Printed at the end of each phase; docs/development.md's table is made from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Unit:
+    tests: int = 0
+    busy: float = 0.0  # seconds: the sum of its tests' setup, call and teardown
+    start: float | None = None  # epoch seconds of its first test's setup
+    stop: float | None = None  # epoch seconds of its last test's teardown
+    worker: str = ""
+
+
+def add(units: dict[str, Unit], name: str, when: str, duration: float, start: float, stop: float,
+        worker: str) -> None:
+    unit = units.setdefault(name, Unit())
+    unit.busy += duration
+    unit.tests += when == "call"
+    unit.start = start if unit.start is None else min(unit.start, start)
+    unit.stop = stop if unit.stop is None else max(unit.stop, stop)
+    unit.worker = unit.worker or worker
+
+
+def table(units: dict[str, Unit], top: int = 25) -> list[str]:
+    """The units by their end, latest first (the last to end is the critical path), then the rest
+    summed in one line."""
+    if not units:
+        return []
+    begin = min(u.start for u in units.values() if u.start is not None)
+    ranked = sorted(units.items(), key=lambda kv: -(kv[1].stop or 0))
+    lines = [f"{'unit':58} {'worker':6} {'tests':>5} {'busy s':>7} {'from s':>7} {'to s':>7}"]
+    for name, u in ranked[:top]:
+        lines.append(f"{name[:58]:58} {u.worker:6} {u.tests:5d} {u.busy:7.0f} "
+                     f"{(u.start or begin) - begin:7.0f} {(u.stop or begin) - begin:7.0f}")
+    rest = [u for _, u in ranked[top:]]
+    if rest:
+        lines.append(f"{f'({len(rest)} more units)':58} {'':6} {sum(u.tests for u in rest):5d} "
+                     f"{sum(u.busy for u in rest):7.0f}")
+    return lines
