@@ -78,7 +78,7 @@ e2e-kueue: $(PY) kueue ## only the Kueue end-to-end tests (e2e/test_kueue*.py: T
 # make test: hack/test.sh. Installs what the tests need (libfaketime), starts the local cluster, then
 # runs the tests side by side in TEST_WORKERS pytest-xdist workers (a module whole on one worker) and
 # the `exclusive` ones alone after them. PYTEST_ARGS=-n0: every test one after another, as before.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 test: $(PY) ## lint, unit, integration and e2e tests (installs what they need, starts the local cluster; PYTEST_ARGS=-n0: serially)
 	PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) hack/test.sh $(MATRIX) $(PYTEST_ARGS)
 

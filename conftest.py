@@ -22,13 +22,14 @@ EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
 # Test modules that must not run beside each other, though each may run beside the rest: one
 # scheduling unit (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
-# one at a time. The real node is one machine of 2 cores whose pods request CPU: at most two of
-# its MPI modules at once (and the deployed operator), so that its pods are never Pending for CPU
-# another module holds.
-GROUPS = {"kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py"),
-          "realnode": ("e2e/test_realnode.py", "e2e/test_realnode_mpijob.py", "e2e/test_realnode_retries.py",
-                       "e2e/test_takeover.py"),
-          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py")}
+# one at a time. The real node is one machine of 2 cores: at most three of its MPI units at once
+# (its pods request no CPU, so none waits Pending; three units of ranks that mostly wait share the
+# cores as the tests expect). These units are also the longest (docs/development.md, "Where the time
+# goes"): they start first.
+GROUPS = {"realnode": ("e2e/test_realnode.py", "e2e/test_realnode_retries.py", "e2e/test_takeover.py"),
+          "realnode-mpijob": ("e2e/test_realnode_mpijob.py",),
+          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py"),
+          "kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py")}
 _GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
 # Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
 # start first, and the short unit modules fill the workers' last minutes.
@@ -63,11 +64,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i, keep in zip(items, chosen, strict=True) if keep]
-    # Stable: the tests that need no build keep their order and come first.
+    # Stable. Under pytest-xdist, the order of the units handed to the workers: the GROUPS first (the
+    # longest: the phase lasts at least as long as each, so each starts at once; their builds come
+    # first in testsupport/builds.py and a test waits for its build, pytest_runtest_protocol), then the
+    # tests that need no build, then those that need one, in the order they are built. A serial run
+    # only puts the tests that need a build after the others.
     if _worker() is None:
         items.sort(key=lambda item: builds.rank(_needs(item)))
     else:
-        items.sort(key=lambda item: (builds.rank(_needs(item)), _kind(item)))
+        items.sort(key=lambda item: (_group(item.nodeid) not in GROUPS, builds.rank(_needs(item)), _kind(item)))
 
 
 def _group(nodeid: str) -> str:
