@@ -165,9 +165,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                         node.gateway.id if node is not None else "")
 
 
+def _unit_kind(unit: str) -> str:
+    """What docs/development.md's table sums a unit under: its GROUPS entry, else its directory."""
+    return f"group {unit}" if unit in GROUPS else unit.rsplit("/", 1)[0]
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = group_times.table(_UNITS)
-    if lines and _worker() is None:
-        terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
-        for line in lines:
-            terminalreporter.write_line(line)
+    if _worker() is not None or not _UNITS:
+        return
+    terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
+    for line in [*group_times.table(_UNITS), "", *group_times.by_kind(_UNITS, _unit_kind)]:
+        terminalreporter.write_line(line)

@@ -1,10 +1,12 @@
 """Where make test's time went, per scheduling unit (a test module, or a GROUPS entry of the root
 conftest.py): how many tests, the sum of their own times (setup, call and teardown: what one worker
 spent on the unit), and the span from its first test's start to its last test's end (when it ran
-beside the others). Printed at the end of each phase; docs/development.md's table is made from it."""
+beside the others). Printed at the end of each phase, and summed per kind of test (the real node's
+GROUPS, Kueue, the other e2e modules, integration, unit); docs/development.md's table is made from it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -42,4 +44,22 @@ def table(units: dict[str, Unit], top: int = 25) -> list[str]:
     if rest:
         lines.append(f"{f'({len(rest)} more units)':58} {'':6} {sum(u.tests for u in rest):5d} "
                      f"{sum(u.busy for u in rest):7.0f}")
+    return lines
+
+
+def by_kind(units: dict[str, Unit], kind: Callable[[str], str]) -> list[str]:
+    """Per kind of unit (`kind` names it from the unit's name): units, tests, busy seconds, and the
+    span from the first start to the last end among them."""
+    kinds: dict[str, list[Unit]] = {}
+    for name, unit in units.items():
+        kinds.setdefault(kind(name), []).append(unit)
+    if not kinds:
+        return []
+    begin = min(u.start for u in units.values() if u.start is not None)
+    lines = [f"{'kind':24} {'units':>5} {'tests':>5} {'busy s':>7} {'from s':>7} {'to s':>7}"]
+    for name, group in sorted(kinds.items(), key=lambda kv: -max(u.stop or 0 for u in kv[1])):
+        starts = [u.start for u in group if u.start is not None]
+        stops = [u.stop for u in group if u.stop is not None]
+        lines.append(f"{name:24} {len(group):5d} {sum(u.tests for u in group):5d} {sum(u.busy for u in group):7.0f} "
+                     f"{min(starts, default=begin) - begin:7.0f} {max(stops, default=begin) - begin:7.0f}")
     return lines
