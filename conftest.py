@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from testsupport import builds, group_times
+from testsupport import kubectl as kubectl_support
 from testsupport.paths import ROOT
 
 pytest_plugins = ["tests.cluster_fixtures"]
@@ -22,13 +23,13 @@ EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
 # Test modules that must not run beside each other, though each may run beside the rest: one
 # scheduling unit (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
-# one at a time. The real node is one machine of 2 cores: at most three of its MPI units at once
-# (its pods request no CPU, so none waits Pending; three units of ranks that mostly wait share the
-# cores as the tests expect). These units are also the longest (docs/development.md, "Where the time
-# goes"): they start first.
-GROUPS = {"realnode": ("e2e/test_realnode.py", "e2e/test_realnode_retries.py", "e2e/test_takeover.py"),
-          "realnode-mpijob": ("e2e/test_realnode_mpijob.py",),
-          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py"),
+# one at a time. The real node is one machine of 2 cores and its ranks compute: at most two of its
+# MPI units at once, split so that each takes about as long (a third beside them made each test
+# slower, not the phase shorter: docs/development.md, "Where the time goes"). These units are also the
+# longest: they start first.
+GROUPS = {"realnode": ("e2e/test_realnode.py", "e2e/test_realnode_mpijob.py", "e2e/test_realnode_retries.py"),
+          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py",
+                            "e2e/test_takeover.py"),
           "kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py")}
 _GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
 # Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
@@ -148,6 +149,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _worker() is not None:
+        # to the controller (pytest_testnodedown): this worker's kubectl calls
+        getattr(session.config, "workeroutput", {})["kubectl"] = dict(kubectl_support.SPENT)
         return  # the builds outlive the worker that started them: the controller stops them
     builds.stop(session.config.stash.get(_PROC, None))
     pid_file = _pid_file(session.config)
@@ -170,9 +173,23 @@ def _unit_kind(unit: str) -> str:
     return f"group {unit}" if unit in GROUPS else unit.rsplit("/", 1)[0]
 
 
+_KUBECTL = {"calls": 0, "cpu_s": 0.0}  # the workers' kubectl calls, summed by the controller
+_CPU_AT_START = group_times.machine_cpu()  # read once, when pytest loads this file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    for key, value in getattr(node, "workeroutput", {}).get("kubectl", {}).items():
+        _KUBECTL[key] += value
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if _worker() is not None or not _UNITS:
         return
     terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
     for line in [*group_times.table(_UNITS), "", *group_times.by_kind(_UNITS, _unit_kind)]:
         terminalreporter.write_line(line)
+    spent = _KUBECTL if _KUBECTL["calls"] else kubectl_support.SPENT  # xdist's workers, or this process
+    busy, total = (now - then for now, then in zip(group_times.machine_cpu(), _CPU_AT_START, strict=True))
+    terminalreporter.write_line(f"\nkubectl: {spent['calls']} calls, {spent['cpu_s']:.0f} CPU seconds; the machine: "
+                                f"{busy:.0f} of {total:.0f} CPU seconds busy (every process, the cluster's included)")

@@ -63,3 +63,14 @@ def by_kind(units: dict[str, Unit], kind: Callable[[str], str]) -> list[str]:
         lines.append(f"{name:24} {len(group):5d} {sum(u.tests for u in group):5d} {sum(u.busy for u in group):7.0f} "
                      f"{min(starts, default=begin) - begin:7.0f} {max(stops, default=begin) - begin:7.0f}")
     return lines
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) CPU seconds this machine has spent since boot, every core summed (/proc/stat's
+    first line: user nice system idle iowait irq softirq steal, in clock ticks)."""
+    import os  # here: the rest of this module is pure
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz

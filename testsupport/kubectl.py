@@ -5,6 +5,7 @@ tests/cluster_fixtures.py, or made by a benchmark (bench/recovery.py)."""
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import time
 from collections.abc import Callable
@@ -31,6 +32,15 @@ QUALIFIED = {"mpijob": "mpijobs.v2beta1.kubeflow.org", "mpijobs": "mpijobs.v2bet
 
 
 Kubectl = Callable[..., subprocess.CompletedProcess]
+# This process's kubectl calls and the CPU seconds they took (user + system, from the rusage of its
+# children around each call): make test prints the sum over its workers (docs/development.md, "Where
+# the time goes": a kubectl call is a process, its TLS handshake and its discovery).
+SPENT = {"calls": 0, "cpu_s": 0.0}
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def runner(kubeconfig: str) -> Kubectl:
@@ -39,10 +49,13 @@ def runner(kubeconfig: str) -> Kubectl:
 
     def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
         for _ in range(2):
+            before = _children_cpu()
             r = subprocess.run(
                 [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
                 input=input, capture_output=True, text=True, timeout=timeout,
             )
+            SPENT["calls"] += 1
+            SPENT["cpu_s"] += _children_cpu() - before
             # Two pytest-xdist workers applying one cluster-scoped object for the first time at once:
             # client-side apply reads it (absent) and creates it, and the second create is refused
             # AlreadyExists. Applied again, it patches the object the other worker created.
