@@ -55,8 +55,13 @@ class Expectations:
         with self._lock:
             self._by_owner.setdefault(owner, {})[obj_key] = p
 
-    def observe(self, owner: str, obj_key: ObjKey, obj: dict | None) -> None:
-        """The cache now holds `obj` under obj_key (None: deleted)."""
+    def observe(self, owner: str, obj_key: ObjKey, obj: dict | None, cache_rv: str | None = None) -> None:
+        """The cache now holds `obj` under obj_key (None: deleted, or not seen yet). `cache_rv`: the
+        resourceVersion the cache's informer has reached (every event up to it is in the cache). A
+        written object the cache no longer holds is observed once the cache is past our write: it was
+        deleted after it (someone deleted the ConfigMap we had just patched), and the next pass must
+        see it gone now, not after `ttl`. Before our write, its absence is older news (the delete of
+        an earlier object of that name, or our create not seen yet)."""
         with self._lock:
             pending = self._by_owner.get(owner)
             p = pending.get(obj_key) if pending else None
@@ -65,8 +70,10 @@ class Expectations:
             meta = (obj or {}).get("metadata") or {}
             if p.rv is None:
                 done = obj is None or bool(meta.get("deletionTimestamp")) or (p.uid and meta.get("uid") != p.uid)
+            elif obj is not None:
+                done = rv_at_least(meta.get("resourceVersion"), p.rv)
             else:
-                done = obj is not None and rv_at_least(meta.get("resourceVersion"), p.rv)
+                done = bool(cache_rv) and rv_at_least(cache_rv, p.rv)
             if done:
                 del pending[obj_key]
                 if not pending:

@@ -79,10 +79,13 @@ class InformerWiring:
                                             resync_period=opts.resync_period)
         # The children's informers: our labels only, each store by its resource's plural (observed()).
         self.stores = {MPIJOBS.plural: self.mpijobs.store}
+        # How far each store is: the resourceVersion its informer reached (Expectations.observe).
+        self.store_rv = {MPIJOBS.plural: lambda: self.mpijobs.last_sync_resource_version}
 
         def child(resource, transform=strip_managed_fields):
             inf = factory.informer_for(resource, label_selector=OPERATOR_SELECTOR, transform=transform)
             self.stores[resource.plural] = inf.store
+            self.store_rv[resource.plural] = lambda: inf.last_sync_resource_version
             return inf
 
         self.jobs = child(JOBS)

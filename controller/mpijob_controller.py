@@ -401,7 +401,7 @@ class MPIJobController(InformerWiring):
         # `key` again instead of passing as an echo (Expectations.echo); satisfied() unmarks it.
         self.expectations.deferred(key)
         for ok in self.expectations.pending(key):
-            store = self.stores.get(ok[0])
+            store, store_rv = self.stores.get(ok[0]), self.store_rv.get(ok[0])
             cached = store.get(f"{ok[1]}/{ok[2]}") if store is not None else None
-            self.expectations.observe(key, ok, cached)
+            self.expectations.observe(key, ok, cached, store_rv() if store_rv is not None else None)
         return self.expectations.satisfied(key)

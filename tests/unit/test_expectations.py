@@ -70,6 +70,22 @@ def test_a_written_object_is_not_satisfied_by_its_deletion(exp, written):
     assert not exp.satisfied("ns/pi") and exp.pending("ns/pi") == [KEY]
 
 
+@pytest.mark.parametrize(("written", "cache_rv", "done"), [
+    ("42", "42", True),  # deleted right after our patch (e2e test_drift_is_repaired): the cache is past it
+    ("42", "57", True),
+    ("42", "41", False),  # the cache not yet at our write: the delete of an earlier object of that name
+    ("42", "", False),  # the informer has not listed yet
+    ("42", None, False),  # nothing known of the cache's progress
+    ("opaque", "other", True),  # another storage's rvs cannot be ordered: counted as seen, as above
+])
+def test_a_written_object_gone_from_a_cache_past_the_write_is_observed(exp, written, cache_rv, done):
+    """The cache no longer holds what we wrote: seen once its informer reached our write's
+    resourceVersion (so the next pass repairs the delete at once, not after the ttl)."""
+    exp.expect_object("ns/pi", KEY, written, quiet=True)
+    exp.observe("ns/pi", KEY, None, cache_rv)
+    assert exp.satisfied("ns/pi") is done
+
+
 def test_an_object_without_a_resource_version_is_older_than_any_write(exp):
     exp.expect_object("ns/pi", KEY, "42")
     exp.observe("ns/pi", KEY, {"metadata": {"uid": "u1"}})
