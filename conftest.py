@@ -130,6 +130,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 _READY: set[str] = set()  # the builds this process saw done
 
 
+def _builds_pid(config: pytest.Config) -> int | None:
+    """The background builds' process: started here, or by worker gw0 (its pid file)."""
+    proc = config.stash.get(_PROC, None)
+    if proc is not None:
+        return proc.pid
+    pid_file = _pid_file(config)
+    try:
+        return int(pid_file.read_text()) if pid_file is not None else None
+    except (OSError, ValueError):
+        return None
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Before a test that needs a build, and outside its timeout (pytest-timeout's hook runs inside
@@ -140,6 +152,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     want = [name for name in builds.needed([_needs(item)]) if name not in _READY]
     if want:
         BUILDS_LOG.parent.mkdir(parents=True, exist_ok=True)
+        builds.hurry(_builds_pid(item.config))
         with BUILDS_LOG.open("a") as log:
             print(f"[builds] {item.nodeid} waits for: {', '.join(want)}", file=log, flush=True)
             builds.run(want, out=log)

@@ -102,14 +102,29 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _is_builds(pid: int) -> bool:
+    """The process still runs and is still the builds' (not a process that took its id since)."""
+    try:
+        return b"testsupport.builds" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def hurry(pid: int | None) -> None:
+    """A test waits for a build: the background builds (process group `pid`, start()) run at normal
+    priority from now on. They start at the lowest to take only the CPU the tests leave; once the
+    tests keep every core busy (make test's workers, docs/development.md) that is almost none, and the
+    test would wait for idle time that never comes. Lowering a process's niceness needs root, as the
+    MPI images' build does; elsewhere the builds keep their priority."""
+    if pid is not None and _is_builds(pid):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PGRP, pid, 0)
+
+
 def stop_pid(pid: int) -> None:
     """stop() for a process known by its id only: the one a pytest-xdist worker started (conftest.py),
     if that process still runs and is still the builds' (not a process that took its id since)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return
-    if b"testsupport.builds" not in cmdline:
+    if not _is_builds(pid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
