@@ -172,7 +172,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         pid_file.unlink()
 
 
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # The controller (or a run without xdist) sees every worker's reports: it keeps the times.
     if _worker() is None:

@@ -6,6 +6,7 @@ GROUPS, Kueue, the other e2e modules, integration, unit); docs/development.md's 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,7 +69,6 @@ def by_kind(units: dict[str, Unit], kind: Callable[[str], str]) -> list[str]:
 def machine_cpu() -> tuple[float, float]:
     """(busy, all) CPU seconds this machine has spent since boot, every core summed (/proc/stat's
     first line: user nice system idle iowait irq softirq steal, in clock ticks)."""
-    import os  # here: the rest of this module is pure
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:9]]
     hz = os.sysconf("SC_CLK_TCK")
