@@ -4,7 +4,7 @@
 #   1. ruff; libfaketime into the cache (hack/faketime.sh); the local cluster, started unless it is up
 #      (and stopped at the end if started here, unless KEEP_CLUSTER=1), before any pytest worker.
 #   2. The concurrent phase: every test but the `exclusive` ones, in TEST_WORKERS pytest-xdist workers
-#      (default 5: the e2e tests mostly wait on the cluster), each test module whole on one worker
+#      (default 5, measured: docs/development.md "Where the time goes"), each test module whole on one worker
 #      (--dist loadscope with conftest.py's scheduler: a module, or a group of modules, per unit).
 #   3. The exclusive phase: the tests that disturb what the others share (the real node's kubelet
 #      stopped) or need the machine to themselves for their timing, one after another.
