@@ -127,6 +127,10 @@ spec:
   completionMode: Indexed
   completions: 2
   parallelism: 2
+  # as the operator's worker Job (reconcilers/desired.py): without it the Job controller counts a
+  # deleted pod that still runs as failed, and runs its index again, before the kubelet reports
+  # how it ended (docs/architecture.md section 4)
+  podReplacementPolicy: Failed
   template:
 $(template "" worker Never "$SSHD" | indent 4)
 ---
