@@ -1,7 +1,8 @@
 """Each child of an MPIJob brought to what it should be (docs/architecture.md sections 3-4).
 
-- `shared_children`: the Service, the ConfigMap (hostfile, discover_hosts.sh), the SSH Secret and
-  the NetworkPolicy (reconcilers/netpol.py), all before any pod.
+- `shared_children`: the Service (the launcher's alone while the workers leave: `workers_leaving`),
+  the ConfigMap (hostfile, discover_hosts.sh), the SSH Secret and the NetworkPolicy
+  (reconcilers/netpol.py), all before any pod.
 - `sync_workers`: the worker Job or StatefulSet: created, repaired, recreated when an Indexed Job can
   no longer give every worker back, stopped when the MPIJob is not running.
 - `sync_launcher`: the launcher Job, held back under WaitForWorkersReady until every worker is Ready.
