@@ -11,7 +11,7 @@ import json
 import pytest
 
 from testsupport.builders import EXIT_ON_DELETE, simulated_mpijob
-from testsupport.kubectl import apply, conditions, events, get, live, pods, wait_condition, wait_finished
+from testsupport.kubectl import Watch, apply, conditions, events, get, live, pods, wait_condition, wait_finished
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -161,3 +161,45 @@ def test_worker_deleted_the_launcher_job_is_made_afresh_with_the_workers_counted
     assert [m for m in msgs if "launcher attempt" in m] and all(
         "launcher attempt 1 " in m and "counted, 1 of 3 retries" in m and "the launcher Job is made afresh" in m
         for m in msgs if "launcher attempt" in m), msgs
+
+
+def test_in_place_a_lost_worker_leaves_the_service_until_its_job_is_made_afresh(kubectl, kubeconfig, start_operator,
+                                                                              namespace, tmp_path):
+    """`--launcher-restart=in-place`, the Job backend: worker 0's pod deleted mid-run. While the old
+    worker Job goes, the Service selects the launcher alone, and the cluster's EndpointSlice controller
+    follows it (a version of the slice with the launcher's endpoint alone); the new worker Job brings
+    the full selector back and its workers into the slice; the launcher runs on in its pod
+    (docs/architecture.md section 11, "Names while the workers are made afresh"). kwok ends a deleted
+    pod at once, so the race itself (a terminating worker's name still resolving) is the real node's
+    to show: bench.recovery, e2e/test_realnode_retries.py."""
+    start_operator("job", namespace, "--launcher-restart=in-place")
+    apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs=None, policy="AtStartup"))
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    launcher = one_live_launcher(kubectl, namespace, "pi")
+    old = get(kubectl, namespace, "job", "pi-worker")["metadata"]["uid"]
+    service = Watch(kubeconfig, "-n", namespace, "service", "pi", out=tmp_path / "service.json")
+    slices = Watch(kubeconfig, "-n", namespace, "endpointslices", "-l", "kubernetes.io/service-name=pi",
+                   out=tmp_path / "slices.json")
+    try:
+        wait_until(lambda: len(service.versions()) and len(slices.versions()), 30, interval=0.2,
+                   what="both watches started")
+        (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+                     if p["spec"]["hostname"] == "pi-worker-0"]
+        kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+
+        def back() -> bool:
+            job = get(kubectl, namespace, "job", "pi-worker")
+            eps = [e for s in slices.versions()[-1:] for e in s.get("endpoints") or []]
+            return bool(job and job["metadata"]["uid"] != old) and sorted(e.get("hostname") for e in eps) == [
+                "pi-launcher", "pi-worker-0", "pi-worker-1"]
+
+        wait_until(back, 60, interval=0.3, what="the worker Job made afresh and its workers in the Service's slice")
+    finally:
+        service.stop()
+        slices.stop()
+    selectors = [s["spec"]["selector"] for s in service.versions()]
+    launcher_only = {"training.kubeflow.org/job-name": "pi", "training.kubeflow.org/job-role": "launcher"}
+    assert launcher_only in selectors and selectors[-1] == {"training.kubeflow.org/job-name": "pi"}, selectors
+    hosts = [sorted(e.get("hostname") for e in s.get("endpoints") or []) for s in slices.versions()]
+    assert ["pi-launcher"] in hosts, hosts
+    assert one_live_launcher(kubectl, namespace, "pi")["metadata"]["uid"] == launcher["metadata"]["uid"]

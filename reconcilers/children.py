@@ -1,7 +1,8 @@
 """Each child of an MPIJob brought to what it should be (docs/architecture.md sections 3-4).
 
-- `shared_children`: the Service, the ConfigMap (hostfile, discover_hosts.sh), the SSH Secret and
-  the NetworkPolicy (reconcilers/netpol.py), all before any pod.
+- `shared_children`: the Service (the launcher's alone while the workers leave: `workers_leaving`),
+  the ConfigMap (hostfile, discover_hosts.sh), the SSH Secret and the NetworkPolicy
+  (reconcilers/netpol.py), all before any pod.
 - `sync_workers`: the worker Job or StatefulSet: created, repaired, recreated when an Indexed Job can
   no longer give every worker back, stopped when the MPIJob is not running.
 - `sync_launcher`: the launcher Job, held back under WaitForWorkersReady until every worker is Ready.
@@ -25,8 +26,9 @@ STALE_RECHECK_SECONDS = 1.0
 _NO_KEY = SSHKey("", "")
 
 
-def shared_children(ctx: JobContext, draft: Draft) -> None:
-    for field, want in (("service", desired.service(ctx.job)),
+def shared_children(ctx: JobContext, draft: Draft, *, running: bool = False) -> None:
+    service = desired.service(ctx.job, workers_leaving=running and workers_leaving(ctx) and not _launcher_held(ctx))
+    for field, want in (("service", service),
                         ("config_map", desired.config_map(ctx.job, ctx.config, ctx.pods.workers))):
         have = getattr(ctx.observed, field)
         if have is None:
@@ -188,17 +190,35 @@ def workers_lost(ctx: JobContext, have: Obj) -> str | None:
     return f"worker pod(s) {', '.join(going)} being deleted" if going else None
 
 
+def _renewable(ctx: JobContext) -> bool:
+    """Workers this operator makes afresh: a Worker replica spec with replicas, in our shape."""
+    return isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict) and desired.worker_replicas(ctx.job) > 0 \
+        and not takeover.upstream_shaped(ctx)
+
+
+def workers_leaving(ctx: JobContext) -> bool:
+    """The worker object is on its way out while the MPIJob runs: being deleted, or to be deleted by
+    this plan (its Job lost a worker). Its pods, old workers, keep their names in DNS until each is
+    gone (publishNotReadyAddresses), so the Service selects the launcher alone meanwhile
+    (desired.service; docs/architecture.md section 11)."""
+    have = ctx.workers
+    if have is None or not _renewable(ctx) or not ctx.owned(have):
+        return False
+    return ownership.deleting(have) or (have.get("kind") == "Job" and workers_lost(ctx, have) is not None)
+
+
+def _launcher_held(ctx: JobContext) -> bool:
+    """The launcher Job is suspended (a resume waiting for its gang or for WaitForWorkersReady): no
+    launcher looks the workers up, so the Service is left as it is."""
+    launcher = ctx.launcher
+    return ctx.owned(launcher) and bool(((launcher or {}).get("spec") or {}).get("suspend"))
+
+
 def workers_renewed(ctx: JobContext) -> bool:
     """The workers are being made afresh while the MPIJob runs (section 4): their object gone (this
-    plan creates it), being deleted, or to be deleted by this plan (its Job lost a worker). A launcher
-    that starts meanwhile finds the old workers' names on their way out, or no names at all."""
-    if not isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict) or desired.worker_replicas(ctx.job) == 0 \
-            or takeover.upstream_shaped(ctx):
-        return False
-    have = ctx.workers
-    if have is None or (ctx.owned(have) and ownership.deleting(have)):
-        return True
-    return ctx.owned(have) and have.get("kind") == "Job" and workers_lost(ctx, have) is not None
+    plan creates it) or leaving (`workers_leaving`). A launcher that starts meanwhile finds no
+    workers' names, or (before the Service narrowed) the old ones on their way out."""
+    return (ctx.workers is None and _renewable(ctx)) or workers_leaving(ctx)
 
 
 def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:

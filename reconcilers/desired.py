@@ -186,7 +186,15 @@ def secret(mpijob: Obj, key: SSHKey) -> Obj:
     }
 
 
-def service(mpijob: Obj) -> Obj:
+def service(mpijob: Obj, *, workers_leaving: bool = False) -> Obj:
+    """The headless Service that gives the pods their names. `workers_leaving`: the worker Job is on its
+    way out (children.workers_leaving); the Service then selects the launcher alone, so the old workers'
+    names stop resolving at once rather than when each pod is gone (publishNotReadyAddresses keeps a
+    terminating pod's record), and a launcher restarted meanwhile finds new workers or none
+    (docs/architecture.md section 11, "Names while the workers are made afresh")."""
+    selector = {names.JOB_NAME_LABEL: names.job_name(mpijob)}
+    if workers_leaving:
+        selector[names.JOB_ROLE_LABEL] = names.ROLE_LAUNCHER
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -194,7 +202,7 @@ def service(mpijob: Obj) -> Obj:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {names.JOB_NAME_LABEL: names.job_name(mpijob)},
+            "selector": selector,
         },
     }
 

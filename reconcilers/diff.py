@@ -7,7 +7,7 @@ controllers' labels and annotations, is never looked at, so never fought over):
 |---|---|
 | every child | `metadata.labels` keys the operator sets (job-name, job-role, operator-name) |
 | ConfigMap | `data.hostfile`, `data.discover_hosts.sh` |
-| Service | `spec.selector` (exactly), `spec.publishNotReadyAddresses` |
+| Service | `spec.selector` (exactly: the launcher's alone while the workers leave), `spec.publishNotReadyAddresses` |
 | Secret | nothing beyond the labels: the key pair is made once and never rewritten |
 | StatefulSet | `spec.replicas`; `spec.template` (replaced whole) + the template-hash annotation, only |
 |             | while no worker pod runs (stopped or resuming), so a running MPI job is never rolled |

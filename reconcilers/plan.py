@@ -155,7 +155,7 @@ def _start_or_resume(ctx: JobContext, draft: Draft) -> None:
 
 
 def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
-    children.shared_children(ctx, draft)
+    children.shared_children(ctx, draft, running=True)
     takeover.replace_lost_workers(ctx, draft)  # an upstream-started run: a lost bare worker back (section 6.3)
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)

@@ -237,3 +237,37 @@ def install_replica_index_policy(kubectl: Callable) -> None:
         return r.returncode == 0 and json.loads(r.stdout)["metadata"]["labels"].get(REPLICA_INDEX_LABEL) == "2"
 
     wait_until(effective, timeout=60, what="the replica-index policy in effect")
+
+
+class Watch:
+    """`kubectl get ... -w -o json` in the background, from its start: every version the API server
+    sends, read back with `versions()` once `stop()`ped (a watch misses no version, where polling
+    can miss one that lasted less than its interval)."""
+
+    def __init__(self, kubeconfig: str, *args: str, out: Path) -> None:
+        self._out = out
+        self._file = out.open("w")
+        self._proc = subprocess.Popen([str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", "get",
+                                       *args, "--watch", "-o", "json"], stdout=self._file, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+        self._file.close()
+
+    def versions(self) -> list[dict]:
+        text, at, out = self._out.read_text(), 0, []
+        decoder = json.JSONDecoder()
+        while (at := _skip_space(text, at)) < len(text):
+            try:
+                obj, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                break  # the version being written
+            out.append(obj)
+        return out
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
