@@ -113,10 +113,9 @@ def parser() -> argparse.ArgumentParser:
                    "in the cluster to take effect (default: true; --network-isolation=false turns it off)")
     p.add_argument("--launcher-restart", choices=("auto", "in-place", "new-pod"), default="auto",
                    help="how a failed launcher runs again where the API server admits container restart rules "
-                   "(Kubernetes >= 1.34): 'auto' (default) restarts its container in place with the StatefulSet "
-                   "backend and makes a new pod with the Job backend (after a lost worker, in a launcher Job made "
-                   "afresh with the new workers); 'in-place' restarts in place with both; 'new-pod' always makes a "
-                   "new pod")
+                   "(Kubernetes >= 1.34): 'auto' (default) and 'in-place' restart its container in place with "
+                   "both backends; 'new-pod' always makes a new pod (with the Job backend, after a lost worker, "
+                   "in a launcher Job made afresh with the new workers)")
     return p
 
 

@@ -33,8 +33,8 @@ from testsupport.realnode_mpi import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
-# `make test` runs the StatefulSet backend's disruption and exit-code cases (the launcher restarts in
-# place there) and both backends' in_place case; the Job backend's disruption and exit-code cases,
+# `make test` runs the StatefulSet backend's disruption and exit-code cases and both backends'
+# in_place case; the Job backend's disruption and exit-code cases,
 # which e2e/test_retries_kwok.py also runs on kwok, are marked mpi_matrix (`make e2e-mpis`).
 STS_ONLY = [pytest.param("job", marks=pytest.mark.mpi_matrix), "statefulset"]
 RANKS = 4
@@ -84,10 +84,11 @@ def _restarting(kubectl, ns: str, name: str) -> list[str]:
 def test_in_place_worker_lost_mid_run_ranks_run_again(kubectl, realnode, openmpi4, operator, namespace, backend):
     """A worker pod deleted while the ranks compute: mpirun fails, the worker comes back under its
     name, the launcher runs again and the MPIJob succeeds, the loss counted once (1 of 3 retries, the
-    launcher Job's ledger). With the StatefulSet backend, where the cluster admits container restart
-    rules, the launcher container restarts in place (one pod); with the Job backend the worker Job
-    and the launcher Job are made afresh, the launcher with the new workers and not after its Job's
-    backoff (one pod of a new launcher Job; docs/architecture.md section 11). The failure is named
+    launcher Job's ledger). Where the cluster admits container restart rules, the launcher container
+    restarts in place (one pod, the same launcher Job) with either backend: on the Job backend the
+    worker Job is made afresh meanwhile and the Service leaves the old workers' names out. Elsewhere
+    the Job backend makes the launcher Job afresh, with the new workers and not after its Job's
+    backoff (docs/architecture.md section 11). The failure is named
     (attempt, exit code, counted) in an Event. Prints the time from the delete to all 4 ranks
     running again (the figures are bench/recovery.py's)."""
     name = "lost"
@@ -106,9 +107,9 @@ def test_in_place_worker_lost_mid_run_ranks_run_again(kubectl, realnode, openmpi
     launcher_job = get(kubectl, namespace, "job", f"{name}-launcher")
     book = json.loads(launcher_job["metadata"]["annotations"][LEDGER])
     assert (book["failed"], book["counted"]) == (1, 1), book  # one loss, one counted retry
-    in_place = backend == "statefulset" and _restart_rules(kubectl, namespace)
+    in_place = _restart_rules(kubectl, namespace)
     assert (launchers, restarts) == ((1, 1) if in_place else (1, 0) if backend == "job" else (2, 0))
-    assert (launcher_job["metadata"]["uid"] != first_launcher_job) == (backend == "job")
+    assert (launcher_job["metadata"]["uid"] != first_launcher_job) == (backend == "job" and not in_place)
     how = ("the launcher restarts in place" if in_place else "the launcher Job is made afresh" if backend == "job"
            else "the launcher Job starts a new pod")
     assert any(re.search(r"launcher attempt 1 \(pod \S+\) failed: exit code \d+.*counted, 1 of 3 retries", m)

@@ -49,8 +49,8 @@ class Config:
     # The API server admits a container's own restartPolicy and restartPolicyRules (Kubernetes >=
     # 1.34; found once at start-up): a failed launcher can then restart in place (restartpolicy.py).
     container_restart_rules: bool = False
-    # --launcher-restart: "auto" (in place with the StatefulSet backend), "in-place" (both backends),
-    # "new-pod" (never in place).
+    # --launcher-restart: "auto" and "in-place" (in place with both backends), "new-pod" (never in
+    # place).
     launcher_restart: str = "auto"
 
 

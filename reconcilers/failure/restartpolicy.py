@@ -10,14 +10,13 @@ podFailurePolicy. Elsewhere the launcher Job makes a new pod per retry, after it
 then doubling).
 
 When (`--launcher-restart`, `Config.launcher_restart`): `auto`, the default, restarts in place with
-the StatefulSet backend only, where a lost worker alone is replaced (Ready again in about 2 s): all
-ranks ran again 2.3-3.5 s after a worker's delete in 8 runs of 8, against 11-13 s through a new pod
-after the Job's backoff. With the Job backend the operator recreates the worker Job (every worker
-restarts) and a launcher restarted at once races them: it waits with whatever backoff its image uses,
-and can find an old worker's name on its way out (a second failure, counted, then the kubelet's 10 s):
-3.7-5.0 s measured (2.8, 2.8, 4.0 s once the worker Job was recreated at the delete). There the
-launcher Job is made afresh instead, with the new workers (retries.remade): 3.1-4.2 s, median 3.8.
-`in-place` restarts in place with both backends, `new-pod` never (docs/architecture.md section 11).
+both backends; `in-place` is the same; `new-pod` never. On the StatefulSet backend a lost worker
+alone is replaced (Ready again in about 2 s). On the Job backend the operator makes the worker Job
+afresh (every worker restarts), and meanwhile the Service selects the launcher alone, so a launcher
+restarted at once finds no old worker's name and its entrypoint waits for the new ones (children.
+workers_leaving). Where the cluster admits no container restart rules, the Job backend makes the
+launcher Job afresh with the new workers instead (retries.remade). Figures: docs/architecture.md
+section 11, "When in place".
 """
 
 from __future__ import annotations
@@ -86,10 +85,11 @@ def launcher_pod(job: Obj, config: Config) -> tuple[str, Obj, Obj | None]:
 
 
 def in_place_for(config: Config) -> bool:
-    """Whether `--launcher-restart` restarts this MPIJob's launcher in place (its backend: `config`
-    is the MPIJob's own, reconcilers/context.py)."""
+    """Whether `--launcher-restart` asks for the launcher restarted in place (`auto` does, with
+    either backend: the Service narrowed while the worker Job is made afresh took away the race that
+    kept the Job backend out; `launcher_pod` also needs the cluster's container restart rules)."""
     mode = config.launcher_restart
-    return mode == "in-place" or (mode == "auto" and config.worker_backend == "statefulset")
+    return mode in ("in-place", "auto")
 
 
 def job_backoff_limit(backoff: int, not_counted: int, pod_restart_policy: str = "Never") -> int:

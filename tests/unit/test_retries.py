@@ -100,17 +100,19 @@ STS, JOB = {"worker_backend": "statefulset"}, {"worker_backend": "job"}
 
 
 @pytest.mark.parametrize(("policy", "config", "backoff", "pod_policy", "container", "failure_rules"), [
-    # in_place (auto: the StatefulSet backend): the container restarts itself, the pod stays Never so
-    # that the Job may ignore disruptions
+    # in place (auto, both backends): the container restarts itself, the pod stays Never so that the
+    # Job may ignore disruptions
     ("Never", STS, 3, "Never", NEVER_RULES, [IGNORE]),
     ("OnFailure", STS, 3, "Never", NEVER_RULES, [IGNORE]),
     ("ExitCode", STS, 3, "Never", EXIT_RULES, [IGNORE, FAIL_1_127]),
-    # auto with the Job backend: a new pod per retry (the workers come back after a recreated Job)
-    ("Never", JOB, 3, "Never", {}, [IGNORE]),
-    ("ExitCode", JOB, 3, "Never", {}, [IGNORE, FAIL_1_127]),
+    ("Never", JOB, 3, "Never", NEVER_RULES, [IGNORE]),
+    ("OnFailure", JOB, 3, "Never", NEVER_RULES, [IGNORE]),
+    ("ExitCode", JOB, 3, "Never", EXIT_RULES, [IGNORE, FAIL_1_127]),
     # --launcher-restart=in-place: both backends; new-pod: neither
     ("Never", {**JOB, "launcher_restart": "in-place"}, 3, "Never", NEVER_RULES, [IGNORE]),
     ("Never", {**STS, "launcher_restart": "new-pod"}, 3, "Never", {}, [IGNORE]),
+    ("Never", {**JOB, "launcher_restart": "new-pod"}, 3, "Never", {}, [IGNORE]),
+    ("ExitCode", {**JOB, "launcher_restart": "new-pod"}, 3, "Never", {}, [IGNORE, FAIL_1_127]),
     # no retry allowed: nothing restarts in place
     ("Never", STS, 0, "Never", {}, [IGNORE]),
     ("OnFailure", STS, 0, "Never", {}, [IGNORE]),
@@ -120,7 +122,8 @@ STS, JOB = {"worker_backend": "statefulset"}, {"worker_backend": "job"}
     ("ExitCode", {**STS, "container_restart_rules": False}, 3, "Never", {}, [IGNORE, FAIL_1_127]),
     # the kubelet restarts an OnFailure pod itself; the Job API allows no podFailurePolicy then
     ("OnFailure", {**STS, "container_restart_rules": False}, 3, "OnFailure", {}, None),
-    ("OnFailure", JOB, 3, "OnFailure", {}, None),
+    ("OnFailure", {**JOB, "container_restart_rules": False}, 3, "OnFailure", {}, None),
+    ("OnFailure", {**JOB, "launcher_restart": "new-pod"}, 3, "OnFailure", {}, None),
 ])
 def test_in_place_disruption_exit_code_launcher_job(policy, config, backoff, pod_policy, container, failure_rules):
     """The launcher Job for each restartPolicy, backend, --launcher-restart, with and without container
