@@ -185,14 +185,14 @@ def _unit_kind(unit: str) -> str:
     return f"group {unit}" if unit in GROUPS else unit.rsplit("/", 1)[0]
 
 
-_KUBECTL = {"calls": 0, "cpu_s": 0.0}  # the workers' kubectl calls, summed by the controller
+_KUBECTL = {"calls": 0, "cpu_s": 0.0, "reads": 0, "read_cpu_s": 0.0}  # the workers' reads, summed by the controller
 _CPU_AT_START = group_times.machine_cpu()  # read once, when pytest loads this file
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     for key, value in getattr(node, "workeroutput", {}).get("kubectl", {}).items():
-        _KUBECTL[key] += value
+        _KUBECTL[key] = _KUBECTL.get(key, 0) + value
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -201,7 +201,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
     for line in [*group_times.table(_UNITS), "", *group_times.by_kind(_UNITS, _unit_kind)]:
         terminalreporter.write_line(line)
-    spent = _KUBECTL if _KUBECTL["calls"] else kubectl_support.SPENT  # xdist's workers, or this process
+    spent = _KUBECTL if _KUBECTL["calls"] or _KUBECTL["reads"] else kubectl_support.SPENT  # workers, or this process
     busy, total = (now - then for now, then in zip(group_times.machine_cpu(), _CPU_AT_START, strict=True))
-    terminalreporter.write_line(f"\nkubectl: {spent['calls']} calls, {spent['cpu_s']:.0f} CPU seconds; the machine: "
-                                f"{busy:.0f} of {total:.0f} CPU seconds busy (every process, the cluster's included)")
+    terminalreporter.write_line(
+        f"\nkubectl: {spent['calls']} calls, {spent['cpu_s']:.0f} CPU seconds; reads in the tests' processes "
+        f"instead: {spent['reads']}, {spent['read_cpu_s']:.0f} CPU seconds; the machine: "
+        f"{busy:.0f} of {total:.0f} CPU seconds busy (every process, the cluster's included)")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import kubernetes
 import yaml
 
 from reconcilers.names import (
@@ -35,7 +36,8 @@ Kubectl = Callable[..., subprocess.CompletedProcess]
 # This process's kubectl calls and the CPU seconds they took (user + system, from the rusage of its
 # children around each call): make test prints the sum over its workers (docs/development.md, "Where
 # the time goes": a kubectl call is a process, its TLS handshake and its discovery).
-SPENT = {"calls": 0, "cpu_s": 0.0}
+# `reads`: the GETs read in this process instead (Reader), and their CPU seconds.
+SPENT = {"calls": 0, "cpu_s": 0.0, "reads": 0, "read_cpu_s": 0.0}
 
 
 def _children_cpu() -> float:
@@ -43,9 +45,71 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+# The kinds the read helpers below (get, items) ask for, as the tests name them -> (API prefix,
+# resource): read in this process, not through a kubectl process each time. A kubectl call costs about
+# 70 ms of CPU (a process, its TLS handshake and discovery), and the tests' polls made 27% of the CPU
+# of make test's concurrent phase (docs/development.md, "Where the time goes"). Any other kind goes
+# to kubectl.
+_CORE = {"pod": "pods", "configmap": "configmaps", "secret": "secrets", "service": "services",
+         "event": "events", "resourcequota": "resourcequotas", "serviceaccount": "serviceaccounts"}
+_GROUPED = {"job": ("/apis/batch/v1", "jobs"), "statefulset": ("/apis/apps/v1", "statefulsets"),
+            "networkpolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+            "mpijob": ("/apis/kubeflow.org/v2beta1", "mpijobs")}
+RESOURCES: dict[str, tuple[str, str]] = {
+    **{k: ("/api/v1", v) for k, v in _CORE.items()}, **{v: ("/api/v1", v) for v in _CORE.values()},
+    **_GROUPED, **{v[1]: v for v in _GROUPED.values()},
+    MPIJOBS: _GROUPED["mpijob"], "mpijobs.v2beta1.kubeflow.org": _GROUPED["mpijob"],
+}
+
+
+def resource_path(ns: str, kind: str, name: str = "") -> str | None:
+    """The API path of `kind` (as RESOURCES names it) in namespace `ns`, or None for another kind."""
+    found = RESOURCES.get(kind)
+    if found is None:
+        return None
+    prefix, plural = found
+    return f"{prefix}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
+
+
+class Reader:
+    """GETs through one client of this process (kubernetes.client.ApiClient: the operator's own
+    client.rest would count the tests' reads in the operator's metrics where it runs in the same
+    process). Answers (status, decoded body or None)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self._kubeconfig = kubeconfig
+        self._api: kubernetes.client.ApiClient | None = None
+
+    def __call__(self, path: str, query: dict | None = None) -> tuple[int, dict | None]:
+        status, data = self.raw(path, query, "application/json")
+        return status, (_as_kubectl_shows(json.loads(data)) if status == 200 else None)
+
+    def raw(self, path: str, query: dict | None = None, accept: str = "*/*") -> tuple[int, bytes]:
+        if self._api is None:  # on first use: a runner that reads nothing builds no client
+            self._api = kubernetes.config.new_client_from_config(config_file=self._kubeconfig)
+        before = time.thread_time()
+        try:
+            method, url, headers, _, _ = self._api.param_serialize(
+                "GET", path, query_params=list((query or {}).items()),
+                header_params={"Accept": accept}, auth_settings=["BearerToken"])
+            r = self._api.call_api(method, url, header_params=headers, _request_timeout=60)
+            return r.status, r.read()
+        finally:
+            SPENT["reads"] += 1
+            SPENT["read_cpu_s"] += time.thread_time() - before
+
+
+def _as_kubectl_shows(obj: dict) -> dict:
+    """Without metadata.managedFields, as `kubectl get -o json` shows an object and each of a list's."""
+    for o in [obj, *(obj.get("items") or [])]:
+        (o.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
 def runner(kubeconfig: str) -> Kubectl:
     """The cluster's kubectl with `kubeconfig`: `kubectl("get", "pods", input=yaml, check=False)`;
-    a failure raises AssertionError with its stderr unless check=False."""
+    a failure raises AssertionError with its stderr unless check=False. Its `read` (a Reader with the
+    same kubeconfig) serves get() and items() below."""
 
     def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 60):
         for _ in range(2):
@@ -65,6 +129,7 @@ def runner(kubeconfig: str) -> Kubectl:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
         return r
 
+    run.read = Reader(kubeconfig)  # type: ignore[attr-defined]
     return run
 
 
@@ -139,13 +204,40 @@ def apply(kubectl: Callable, ns: str, obj: dict) -> None:
 
 
 def get(kubectl: Callable, ns: str, kind: str, name: str) -> dict | None:
+    """The object, or None where kubectl would fail (absent, or the API server did not answer)."""
+    read, path = getattr(kubectl, "read", None), resource_path(ns, kind, name)
+    if read is not None and path is not None:
+        code, obj = read(path)
+        return obj if code == 200 else None
     r = kubectl("-n", ns, "get", QUALIFIED.get(kind, kind), name, "-o", "json", check=False)
     return json.loads(r.stdout) if r.returncode == 0 else None
 
 
-def items(kubectl: Callable, ns: str, kind: str, selector: str = "") -> list[dict]:
-    args = ["-n", ns, "get", QUALIFIED.get(kind, kind), "-o", "json"] + (["-l", selector] if selector else [])
+def items(kubectl: Callable, ns: str, kind: str, selector: str = "", fields: str = "") -> list[dict]:
+    """The objects of `kind` in `ns` (with `selector`, a label selector; `fields`, a field selector),
+    each with its kind and apiVersion as kubectl shows them (a list from the API server leaves them
+    out)."""
+    read, path = getattr(kubectl, "read", None), resource_path(ns, kind)
+    if read is not None and path is not None:
+        query = {k: v for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v}
+        code, listed = read(path, query)
+        if code != 200 or listed is None:
+            raise AssertionError(f"GET {path} ({query or 'every object'}) answered {code}")
+        kind_of = str(listed.get("kind", "")).removesuffix("List")
+        return [{"kind": kind_of, "apiVersion": listed.get("apiVersion"), **o} for o in listed.get("items") or []]
+    args = ["-n", ns, "get", QUALIFIED.get(kind, kind), "-o", "json"] + (["-l", selector] if selector else []) \
+        + (["--field-selector", fields] if fields else [])
     return json.loads(kubectl(*args).stdout)["items"]
+
+
+def pod_log(kubectl: Callable, ns: str, pod: str) -> str:
+    """The pod's (first container's) current output, or "" where `kubectl logs` would fail (the pod
+    gone, its container not started yet)."""
+    read = getattr(kubectl, "read", None)
+    if read is None:
+        return kubectl("-n", ns, "logs", pod, check=False).stdout
+    code, data = read.raw(f"/api/v1/namespaces/{ns}/pods/{pod}/log")
+    return data.decode("utf-8", "replace") if code == 200 else ""
 
 
 def conditions(kubectl: Callable, ns: str, name: str) -> dict[str, dict]:

@@ -20,8 +20,14 @@ from pathlib import Path
 
 import yaml
 
+from testsupport.kubectl import (
+    MPIJOBS,
+    get,
+    items,
+    pod_log,
+    wait_finished,  # noqa: F401 (used by the tests through this module)
+)
 from testsupport.kubectl import role_pods as pods
-from testsupport.kubectl import wait_finished  # noqa: F401 (used by the tests through this module)
 from testsupport.paths import ROOT
 
 MANIFEST = ROOT / "hack" / "realnode" / "pi-mpijob.yaml"
@@ -79,14 +85,13 @@ def apply(kubectl: Callable, ns: str, obj: dict) -> None:
 
 
 def condition(kubectl: Callable, ns: str, name: str, ctype: str) -> dict:
-    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    job = get(kubectl, ns, MPIJOBS, name)
+    assert job is not None, f"MPIJob {ns}/{name} not found"
     return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
 
 
 def mpijob_events(kubectl: Callable, ns: str, name: str) -> list[dict]:
-    r = kubectl("-n", ns, "get", "events", "-o", "json", "--field-selector",
-                f"involvedObject.kind=MPIJob,involvedObject.name={name}")
-    return json.loads(r.stdout)["items"]
+    return items(kubectl, ns, "events", fields=f"involvedObject.kind=MPIJob,involvedObject.name={name}")
 
 
 def failed_launcher_attempts(kubectl: Callable, ns: str, name: str) -> int:
@@ -97,7 +102,8 @@ def failed_launcher_attempts(kubectl: Callable, ns: str, name: str) -> int:
     launchers = pods(kubectl, ns, name, "launcher")
     shown = sum(p["status"].get("phase") == "Failed" for p in launchers) + sum(
         cs.get("restartCount", 0) for p in launchers for cs in p["status"].get("containerStatuses") or [])
-    job = json.loads(kubectl("-n", ns, "get", "mpijobs.kubeflow.org", name, "-o", "json").stdout)
+    job = get(kubectl, ns, MPIJOBS, name)
+    assert job is not None, f"MPIJob {ns}/{name} not found"
     counted = (((job.get("status") or {}).get("replicaStatuses") or {}).get("Launcher") or {}).get("failed") or 0
     return max(counted, shown)
 
@@ -105,7 +111,7 @@ def failed_launcher_attempts(kubectl: Callable, ns: str, name: str) -> int:
 def launcher_logs(kubectl: Callable, ns: str, name: str) -> str:
     """The output of every launcher pod (attempt) of the MPIJob, oldest first."""
     ps = sorted(pods(kubectl, ns, name, "launcher"), key=lambda p: p["metadata"]["creationTimestamp"])
-    return "\n".join(kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout for p in ps)
+    return "\n".join(pod_log(kubectl, ns, p["metadata"]["name"]) for p in ps)
 
 
 def wait_launcher_running(kubectl: Callable, ns: str, name: str, timeout: float = 180) -> dict:
@@ -166,7 +172,7 @@ def rank_starts(kubectl: Callable, ns: str, name: str) -> list[tuple[str, float]
     """(host, time) of every rank-start line in the launcher pods' current output."""
     out = []
     for p in pods(kubectl, ns, name, "launcher"):
-        out += parse_starts(kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout)
+        out += parse_starts(pod_log(kubectl, ns, p["metadata"]["name"]))
     return out
 
 
