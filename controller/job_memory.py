@@ -43,6 +43,9 @@ DISRUPTED_KEEP_S = 600.0
 DISRUPTED_MAX = 64
 
 
+TAKEN_CHILD, TAKEN_POLICY = "child", "policy"
+
+
 @dataclass
 class JobMemory:
     """One MPIJob's memory; `uid` is the MPIJob it was made for."""
@@ -50,9 +53,9 @@ class JobMemory:
     uid: str
     refusal: Refusal | None = None
     refusal_shown: bool = False  # the MPIJob's status and an Event show `refusal` (written by a pass)
-    taken: tuple[str, str] | None = None  # (message, API path) of a child's name held by a foreign object
-    # the same for the MPIJob's NetworkPolicy, which costs only its isolation (reconcilers/netpol.py)
-    policy_taken: tuple[str, str] | None = None
+    # TAKEN_CHILD or TAKEN_POLICY -> (message, API path) of a name held by a foreign object: a child's,
+    # or the MPIJob's NetworkPolicy's, which costs only its isolation (reconcilers/netpol.py)
+    taken: dict[str, tuple[str, str]] = field(default_factory=dict)
     pace: Pace = field(default_factory=Pace)
     launcher: str | None = None  # the launcher name of its mpi_operator_job_info series
     status_sent: dict | None = None  # the status its last pass wrote (reconcilers/news.status_echo)

@@ -36,7 +36,7 @@ from controller.informer_wiring import (  # noqa: F401 (POD_EVENT_BATCH_SECONDS:
     POD_INDEX,
     InformerWiring,
 )
-from controller.job_memory import JobMemories, JobMemory
+from controller.job_memory import TAKEN_CHILD, TAKEN_POLICY, JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
 from informers.store import split_key
@@ -243,13 +243,11 @@ class MPIJobController(InformerWiring):
         the next pass on; the name is looked at again every few seconds, since no informer shows an
         object without our labels."""
         metrics.reconcile_errors.labels("ResourceExists").inc()
-        policy = e.kind == NETWORKPOLICIES.kind  # costs the MPIJob its isolation only (reconcilers/netpol.py)
-        if ((mem.policy_taken if policy else mem.taken) or (None,))[0] != str(e):
+        # the NetworkPolicy's costs the MPIJob its isolation only (reconcilers/netpol.py)
+        what = TAKEN_POLICY if e.kind == NETWORKPOLICIES.kind else TAKEN_CHILD
+        if mem.taken.get(what, (None,))[0] != str(e):
             log.warning("a child's name is taken", error=str(e))
-        if policy:
-            mem.policy_taken = (str(e), e.path)
-        else:
-            mem.taken = (str(e), e.path)
+        mem.taken[what] = (str(e), e.path)
         self.queue.add(key)
         return False
 
@@ -262,8 +260,8 @@ class MPIJobController(InformerWiring):
             self.memory.forget(key)
             return True
         mem = self.memory.of(key, mpijob["metadata"].get("uid"))
-        taken = self._still_taken(mem)
-        policy_taken = self._still_taken(mem, policy=True) is not None
+        taken = self._still_taken(mem, TAKEN_CHILD)
+        policy_taken = self._still_taken(mem, TAKEN_POLICY) is not None
         if taken or policy_taken:
             self.queue.add_after(key, TAKEN_RECHECK_SECONDS)
         if not self._caught_up(key):
@@ -381,19 +379,16 @@ class MPIJobController(InformerWiring):
             else:
                 kept.held_since = None
 
-    def _still_taken(self, mem: JobMemory, policy: bool = False) -> str | None:
-        """The message of a name found taken by a foreign object, while that object exists (`policy`:
-        the NetworkPolicy's name, else any other child's)."""
-        found = mem.policy_taken if policy else mem.taken
+    def _still_taken(self, mem: JobMemory, what: str) -> str | None:
+        """The message of a name found taken by a foreign object, while that object exists (`what`:
+        TAKEN_POLICY, the NetworkPolicy's name, or TAKEN_CHILD, any other child's)."""
+        found = mem.taken.get(what)
         if found is None:
             return None
         if self.executor.exists(found[1]):
             return found[0]
         log.info("the object in the way is gone", detail=found[0])
-        if policy:
-            mem.policy_taken = None
-        else:
-            mem.taken = None
+        del mem.taken[what]
         return None
 
     def _caught_up(self, key: str) -> bool:
