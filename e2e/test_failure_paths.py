@@ -109,8 +109,9 @@ def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_judged_by_its_log(ku
         assert done["reason"] == "WorkerLostDuringRun", done
         assert "Succeeded" not in conditions(kubectl, namespace, "pi")
         assert "pi-worker-1 was lost" in done["message"] and PRRTE_LINE in done["message"], done
-        assert any(e["type"] == "Warning" and "spec.mpiImplementation" in e["message"]
-                   for e in events(kubectl, namespace, "pi")), events(kubectl, namespace, "pi")
+        wait_until(lambda: any(e["type"] == "Warning" and "spec.mpiImplementation" in e["message"]
+                               for e in events(kubectl, namespace, "pi")),  # sent after the status
+                   30, interval=0.3, what="a Warning Event naming spec.mpiImplementation")
     print(f"\n[{backend}] worker lost -> back and Running {back:.1f}s; {log} log -> {done['message'][:160]}")
 
 
@@ -200,8 +201,7 @@ def test_a_real_clash_is_reported_then_clears(kubectl, operator, namespace, back
     apply(kubectl, namespace, simulated_mpijob("pi", launcher_runs="1s"))
     failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
     assert failed["reason"] == "ResourceExists" and "pi-config" in failed["message"], failed
-    evs = [e for e in events(kubectl, namespace, "pi") if e["reason"] == "ResourceExists"]
-    assert evs and evs[0]["type"] == "Warning", evs
+    wait_event(kubectl, namespace, "pi", "ResourceExists", "Warning", timeout=30)  # sent after the status
     kubectl("-n", namespace, "delete", "configmap", "pi-config")
     wait_condition(kubectl, namespace, "pi", "Succeeded", timeout=90)
     assert "Failed" not in conditions(kubectl, namespace, "pi")

@@ -252,8 +252,9 @@ def test_invalid_spec_beyond_the_schema_is_failed_with_event(kubectl, operator, 
     apply(kubectl, namespace, job)
     failed = wait_condition(kubectl, namespace, "nocontainers", "Failed", timeout=60)
     assert failed["reason"] == "InvalidSpec" and "Worker" in failed["message"], failed
-    evs = [e for e in events(kubectl, namespace, "nocontainers") if e["reason"] == "InvalidSpec"]
-    assert evs and evs[0]["type"] == "Warning" and "containers" in evs[0]["message"], evs
+    # (its Event is sent after the status the same plan writes: waited for, not read at once)
+    ev = wait_event(kubectl, namespace, "nocontainers", "InvalidSpec", "Warning", timeout=30)
+    assert "containers" in ev["message"], ev
     assert not items(kubectl, namespace, "configmap", f"{JOB_NAME_LABEL}=nocontainers")
 
 

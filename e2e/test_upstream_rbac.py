@@ -16,12 +16,12 @@ from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import (
     apply,
     conditions,
-    events,
     get,
     live,
     pods,
     token_kubeconfig,
     wait_condition,
+    wait_event,
     wait_finished,
 )
 from testsupport.upstream_rbac import UPSTREAM_RULES, bind, unbind
@@ -58,8 +58,8 @@ def test_upstream_rbac_the_operator_says_what_it_lacks_and_each_mpijob_why(kubec
         for t in HELD:
             assert perm.spell(t) in blocked["message"], blocked["message"]
         assert perm.MANIFEST in blocked["message"]
-        warned = [e for e in events(kubectl, namespace, "pi") if e["reason"] == "RBACMissing"]
-        assert warned and warned[0]["type"] == "Warning" and "patch configmaps" in warned[0]["message"]
+        warned = wait_event(kubectl, namespace, "pi", "RBACMissing", "Warning", timeout=30)  # sent after the status
+        assert "patch configmaps" in warned["message"], warned
         # held before any child: nothing half made that a 403 then stops
         for kind, name in (("service", "pi"), ("configmap", "pi-config"), ("secret", "pi-ssh"), ("job", "pi-launcher"),
                            ("job", "pi-worker")):

@@ -230,13 +230,17 @@ def items(kubectl: Callable, ns: str, kind: str, selector: str = "", fields: str
     return json.loads(kubectl(*args).stdout)["items"]
 
 
-def pod_log(kubectl: Callable, ns: str, pod: str) -> str:
-    """The pod's (first container's) current output, or "" where `kubectl logs` would fail (the pod
-    gone, its container not started yet)."""
+def pod_log(kubectl: Callable, pod: dict) -> str:
+    """The pod's current output, or "" where `kubectl logs` would fail (the pod gone, its container not
+    started yet): of the container kubectl picks, the one its `kubectl.kubernetes.io/default-container`
+    annotation names, else the first."""
+    meta = pod["metadata"]
     read = getattr(kubectl, "read", None)
     if read is None:
-        return kubectl("-n", ns, "logs", pod, check=False).stdout
-    code, data = read.raw(f"/api/v1/namespaces/{ns}/pods/{pod}/log")
+        return kubectl("-n", meta["namespace"], "logs", meta["name"], check=False).stdout
+    container = (meta.get("annotations") or {}).get("kubectl.kubernetes.io/default-container") \
+        or pod["spec"]["containers"][0]["name"]
+    code, data = read.raw(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/log", {"container": container})
     return data.decode("utf-8", "replace") if code == 200 else ""
 
 

@@ -111,7 +111,7 @@ def failed_launcher_attempts(kubectl: Callable, ns: str, name: str) -> int:
 def launcher_logs(kubectl: Callable, ns: str, name: str) -> str:
     """The output of every launcher pod (attempt) of the MPIJob, oldest first."""
     ps = sorted(pods(kubectl, ns, name, "launcher"), key=lambda p: p["metadata"]["creationTimestamp"])
-    return "\n".join(pod_log(kubectl, ns, p["metadata"]["name"]) for p in ps)
+    return "\n".join(pod_log(kubectl, p) for p in ps)
 
 
 def wait_launcher_running(kubectl: Callable, ns: str, name: str, timeout: float = 180) -> dict:
@@ -172,7 +172,7 @@ def rank_starts(kubectl: Callable, ns: str, name: str) -> list[tuple[str, float]
     """(host, time) of every rank-start line in the launcher pods' current output."""
     out = []
     for p in pods(kubectl, ns, name, "launcher"):
-        out += parse_starts(pod_log(kubectl, ns, p["metadata"]["name"]))
+        out += parse_starts(pod_log(kubectl, p))
     return out
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from testsupport.kubectl import MPIJOBS, RESOURCES, SPENT, get, items, resource_path
+from testsupport.kubectl import MPIJOBS, RESOURCES, SPENT, get, items, pod_log, resource_path
+from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -48,6 +49,24 @@ def test_an_mpijob_read_in_process_under_each_name_the_tests_use(kubectl, namesp
     want = get(_through_kubectl(kubectl), namespace, "mpijob", "pi")
     for kind in ("mpijob", "mpijobs", MPIJOBS):
         assert get(kubectl, namespace, kind, "pi") == want, kind
+
+
+@pytest.mark.parametrize("default", [None, "sim-cut-short"])
+def test_a_pod_log_read_in_process_is_the_container_kubectl_picks(kubectl, namespace, default):
+    """A kwok pod of two containers whose logs differ (hack/kwok/logs/README.md: a container named
+    sim-cut-short prints cut-short.log, any other finished.log): the first container's log, or the one
+    the default-container annotation names, as `kubectl logs` picks it."""
+    meta = {"name": "two", "namespace": namespace,
+            "annotations": {"kubectl.kubernetes.io/default-container": default} if default else {}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [
+        {"name": "main", "image": "x"}, {"name": "sim-cut-short", "image": "x"}]}}
+    kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(pod))
+    running = wait_until(lambda: next((p for p in items(kubectl, namespace, "pods")
+                                       if p["status"].get("phase") == "Running"), None), 60, what="the pod Running")
+    theirs = kubectl("-n", namespace, "logs", "two").stdout
+    assert theirs and pod_log(kubectl, running) == theirs
+    other = kubectl("-n", namespace, "logs", "two", "-c", "main" if default else "sim-cut-short").stdout
+    assert other != theirs  # the two containers' logs differ: the right one was read
 
 
 @pytest.mark.parametrize(("kind", "path"), [
