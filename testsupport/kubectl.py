@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes
+import urllib3
 import yaml
 
 from reconcilers.names import (
@@ -74,7 +75,7 @@ def resource_path(ns: str, kind: str, name: str = "") -> str | None:
 class Reader:
     """GETs through one client of this process (kubernetes.client.ApiClient: the operator's own
     client.rest would count the tests' reads in the operator's metrics where it runs in the same
-    process). Answers (status, decoded body or None)."""
+    process). Answers (status, decoded body or None); status 0 when the API server did not answer."""
 
     def __init__(self, kubeconfig: str) -> None:
         self._kubeconfig = kubeconfig
@@ -94,6 +95,8 @@ class Reader:
                 header_params={"Accept": accept}, auth_settings=["BearerToken"])
             r = self._api.call_api(method, url, header_params=headers, _request_timeout=60)
             return r.status, r.read()
+        except (urllib3.exceptions.HTTPError, OSError):
+            return 0, b""  # no answer: where kubectl would fail too (get: None; items: AssertionError)
         finally:
             SPENT["reads"] += 1
             SPENT["read_cpu_s"] += time.thread_time() - before

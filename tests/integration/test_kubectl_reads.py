@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from testsupport.kubectl import MPIJOBS, RESOURCES, SPENT, get, items, pod_log, resource_path
+from testsupport.kubectl import MPIJOBS, RESOURCES, SPENT, get, items, pod_log, resource_path, runner
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -82,3 +82,18 @@ def test_a_pod_log_read_in_process_is_the_container_kubectl_picks(kubectl, names
 def test_resource_path(kind, path):
     assert resource_path("ns", kind, "n") == path
     assert (kind in RESOURCES) == (path is not None)
+
+
+def test_no_answer_reads_as_kubectl_failing(tmp_path):
+    """An API server that does not answer (nothing listens on the port): get() is None, items()
+    raises, as when kubectl fails; neither raises the client's own connection error."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    kubectl = runner(str(kc))
+    assert get(kubectl, "ns", "pod", "p") is None
+    with pytest.raises(AssertionError, match="answered 0"):
+        items(kubectl, "ns", "pods")
