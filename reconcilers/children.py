@@ -197,14 +197,32 @@ def _renewable(ctx: JobContext) -> bool:
 
 
 def workers_leaving(ctx: JobContext) -> bool:
-    """The worker object is on its way out while the MPIJob runs: being deleted, or to be deleted by
-    this plan (its Job lost a worker). Its pods, old workers, keep their names in DNS until each is
-    gone (publishNotReadyAddresses), so the Service selects the launcher alone meanwhile
-    (desired.service; docs/architecture.md section 11)."""
+    """Old workers are on their way out while the MPIJob runs: the worker object being deleted, or to
+    be deleted by this plan (its Job lost a worker), or a worker pod of an earlier set still running
+    (its Job already gone: the new one is made beside it, `_made_beside_leaving`). Such a pod keeps
+    its name in DNS until it ends (publishNotReadyAddresses), so the Service selects the launcher
+    alone meanwhile (desired.service; docs/architecture.md section 11)."""
+    if not _renewable(ctx):
+        return False
     have = ctx.workers
-    if have is None or not _renewable(ctx) or not ctx.owned(have):
+    if ownership.stale_alive(ctx.pods, names.ROLE_WORKER):
+        return True
+    if have is None or not ctx.owned(have):
         return False
     return ownership.deleting(have) or (have.get("kind") == "Job" and workers_lost(ctx, have) is not None)
+
+
+def _made_beside_leaving(ctx: JobContext, sts: bool) -> bool:
+    """The new worker Job may be created while old worker pods still stop (a worker Job made afresh, or
+    a deleted predecessor's): on the Job backend (its pods' names are its own, never an old pod's; a
+    StatefulSet's are the old ones'), once the Service as observed selects the launcher alone
+    (`workers_leaving`), so that no worker's name resolves before every old one has ended
+    (docs/architecture.md section 11)."""
+    if sts:
+        return False
+    service = ctx.observed.service
+    selector = ((service or {}).get("spec") or {}).get("selector") or {}
+    return ctx.owned(service) and selector.get(names.JOB_ROLE_LABEL) == names.ROLE_LAUNCHER
 
 
 def _launcher_held(ctx: JobContext) -> bool:
@@ -237,8 +255,8 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
                               "this MPIJob started with")
     if have is None:
         if running and (sts or desired.worker_replicas(ctx.job) > 0):
-            if ownership.stale_alive(ctx.pods, names.ROLE_WORKER):
-                draft.requeue(STALE_RECHECK_SECONDS)  # a predecessor's worker pod is still stopping
+            if ownership.stale_alive(ctx.pods, names.ROLE_WORKER) and not _made_beside_leaving(ctx, sts):
+                draft.requeue(STALE_RECHECK_SECONDS)  # a worker pod of an earlier set is still stopping
             else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
                 draft.plan.creates.append(Create(ledger.carry(ctx, want)))
         return
@@ -246,7 +264,10 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
         return  # a clash (reported), or a recreation under way: created again once gone
     lost = workers_lost(ctx, have) if running and not sts else None
     if lost:
-        draft.recreate(have, f"{lost}: recreate the workers")
+        # Background: the Job goes at once and the new one is created on the next pass, while the
+        # old pods stop; the Service keeps every worker's name out of DNS until they have
+        # (`workers_leaving`, `_made_beside_leaving`; docs/architecture.md section 11).
+        draft.delete(have, f"{lost}: recreate the workers")
         return
     if running and diff.recreate_on_resume(want, have):
         draft.recreate(have, "resume: recreate the workers from the current template")

@@ -79,8 +79,10 @@ def our_pods(mpijob: Obj, observed: Observed, workers: Obj | None) -> JobPods:
 
 
 def stale_alive(pods: JobPods, role: str) -> bool:
-    """A predecessor's pod of `role` still runs: a new one would share its hostname."""
+    """A stale pod of `role` still runs (a predecessor's, or one of a worker Job made afresh): a new
+    one would share its hostname."""
     return any(desired.pod_role(p) == role and not ended(p) for p in pods.stale)
+
 
 
 def _children(observed: Observed) -> Iterable[Obj | None]:

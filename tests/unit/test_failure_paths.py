@@ -61,11 +61,12 @@ def test_a_worker_that_ended_succeeded_makes_the_worker_job_recreated(how):
                                                conditions=[{"type": "Complete", "status": "True"}]))
     obs = workers_ready(obs, 1) if how != "job-complete" else obs
     p = run(job, obs, now=at(10))
-    assert deletes(p) == [("Job", "pi-worker", "Foreground")]
+    # Background: the Job goes at once, its pods stop beside the new one (children.workers_leaving)
+    assert deletes(p) == [("Job", "pi-worker", "Background")]
     assert p.deletes[0].uid == obs.workers["metadata"]["uid"]
     assert cond(p.status, st.RESTARTING)["status"] == "True"
     assert not p.creates
-    # the deletion is under way (foreground: the Job stays until its pods are gone): nothing more
+    # a deletion under way (someone's Foreground one: the Job stays until its pods are gone): nothing more
     deleting = copy.deepcopy(obs.workers)
     deleting["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:11Z"
     job["status"] = p.status
@@ -101,7 +102,7 @@ def test_resume_after_the_workers_exited_0_recreates_them_even_with_the_same_tem
     job, obs = suspended_then_stopped(job, obs, "job", succeeded=2, completedIndexes="0-1")
     job["spec"]["runPolicy"]["suspend"] = False
     p = run(job, obs, now=at(200))
-    assert ("Job", "pi-worker", "Foreground") in deletes(p)
+    assert ("Job", "pi-worker", "Background") in deletes(p)
     job, obs = apply_plan(job, obs, p)
     job, obs, _ = converge(job, obs, "job", now=at(201))
     assert obs.workers["spec"]["suspend"] is False and "status" not in obs.workers
@@ -119,7 +120,12 @@ def test_resume_without_completed_indexes_unsuspends_in_place():
 # -- 2. delete and re-create under one name --------------------------------------------------------------------------
 
 
-def test_a_predecessors_pods_still_stopping_hold_back_the_new_workers():
+def test_a_predecessors_pods_still_stopping_hold_back_the_new_launcher_and_the_workers_names():
+    """A deleted predecessor's pods still stopping: the Service is made selecting the launcher alone;
+    once it is seen so, the worker Job is made beside them (its pods' names stay out of DNS until
+    every old worker ended: docs/architecture.md section 11), the launcher Job once the old launcher
+    pod ended (it would share its hostname, which no Service narrows), every pod selected again once
+    the old workers ended."""
     old = mpijob(uid="uid-old")
     _j, old_obs = running_state(old, "job")
     old_pods = [{**p_, "metadata": {**p_["metadata"], "ownerReferences": [
@@ -130,10 +136,17 @@ def test_a_predecessors_pods_still_stopping_hold_back_the_new_workers():
     assert kinds == ["ConfigMap", "NetworkPolicy", "Secret", "Service"], kinds  # no worker Job or launcher yet
     assert p.requeue_after == 1.0
     assert p.status["replicaStatuses"]["Worker"]["active"] == 0  # the old pods are not counted
+    service = next(c.obj for c in p.creates if c.obj["kind"] == "Service")
+    assert service["spec"]["selector"].get(n.JOB_ROLE_LABEL) == n.ROLE_LAUNCHER, service
     job, obs = apply_plan(fresh, Observed(pods=old_pods), p)
+    p = run(job, obs)
+    assert [c.obj["metadata"]["name"] for c in p.creates] == ["pi-worker"], p.creates
+    job, obs = apply_plan(job, obs, p)
     stopped = [with_status(x, phase="Succeeded") for x in old_pods]
     p = run(job, replace(obs, pods=stopped))
-    assert sorted(c.obj["kind"] for c in p.creates) == ["Job", "Job"]
+    assert [c.obj["metadata"]["name"] for c in p.creates] == ["pi-launcher"], p.creates
+    assert [x.patch["spec"]["selector"] for x in p.patches if x.ref.kind == "Service"] == [
+        {n.JOB_ROLE_LABEL: None}], p.patches
 
 
 # -- 3. the backend an MPIJob started with ---------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def test_remade(case, renewed, workers_at, want):
 
 def test_worker_deleted_mid_run_the_launcher_job_is_made_afresh_with_the_workers_counted_once():
     """backoffLimit 3, the Job backend. Worker 0's pod deleted while the launcher runs, and mpirun
-    failing on it: the worker Job and the launcher Job are both deleted (Foreground) at once; the
+    failing on it: the worker Job (Background) and the launcher Job (Foreground) are deleted at once; the
     failure is announced once, counted (1 of 3), its ledger handed over. While the worker Job is
     still being deleted no launcher Job is made; once it is gone, the plan makes the worker Job and
     the launcher Job together (as on a first start, launcherCreationPolicy AtStartup), the latter
@@ -97,7 +97,7 @@ def test_worker_deleted_mid_run_the_launcher_job_is_made_afresh_with_the_workers
                   launcher=with_status(obs.launcher, active=0, ready=0, failed=1))
     p = run(job, obs, "job")
     assert sorted((d.ref.name, d.propagation) for d in p.deletes) == [
-        ("pi-launcher", "Foreground"), ("pi-worker", "Foreground")]
+        ("pi-launcher", "Foreground"), ("pi-worker", "Background")]
     msg = cond(p.status, status.RESTARTING)["message"]
     assert "exit code 205" in msg and "counted, 1 of 3 retries" in msg, msg
     assert msg.endswith("the launcher Job is made afresh."), msg

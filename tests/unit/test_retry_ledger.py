@@ -234,7 +234,7 @@ def test_drained_launcher_exit_0_is_no_finish_and_runs_again(backend):
     assert msg.endswith("the launcher Job is made afresh."), msg
     # (on the Job backend the worker Job is made afresh too: its worker 1 is being deleted)
     deletes = [(d.ref.kind, d.ref.name, d.propagation) for d in p.deletes]
-    assert deletes == [("Job", "pi-launcher", "Foreground")] + ([("Job", "pi-worker", "Foreground")] if backend == "job"
+    assert deletes == [("Job", "pi-launcher", "Foreground")] + ([("Job", "pi-worker", "Background")] if backend == "job"
                                                                  else []), deletes
     carried = next(x.patch for x in p.patches if x.ref.kind == "ConfigMap")
     book = ledger.parse(carried["metadata"]["annotations"][ledger.LEDGER])
