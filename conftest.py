@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from testsupport import builds, group_times
+from testsupport import builds, group_times, order
 from testsupport import kubectl as kubectl_support
+from testsupport.order import GROUPS
 from testsupport.paths import ROOT
 
 pytest_plugins = ["tests.cluster_fixtures"]
@@ -21,20 +22,10 @@ _PROC = pytest.StashKey()  # the background builds' process
 _UNITS: dict[str, group_times.Unit] = {}  # where this run's time went, per scheduling unit (controller)
 EXCLUSIVE = "exclusive"
 PHASES = ("all", "concurrent", EXCLUSIVE)
-# Test modules that must not run beside each other, though each may run beside the rest: one
-# scheduling unit (one worker, one after the other) instead of one per module. Kueue is cluster-wide:
-# one at a time. The real node is one machine of 2 cores and its ranks compute: at most two of its
-# MPI units at once, split so that each takes about as long (a third beside them made each test
-# slower, not the phase shorter: docs/development.md, "Where the time goes"). These units are also the
-# longest: they start first.
-GROUPS = {"realnode": ("e2e/test_realnode.py", "e2e/test_realnode_mpijob.py", "e2e/test_realnode_retries.py"),
-          "realnode-mpis": ("e2e/test_realnode_mpis.py", "e2e/test_verdict.py", "e2e/test_isolation.py",
-                            "e2e/test_takeover.py"),
-          "kueue": ("e2e/test_kueue.py", "e2e/test_kueue_topology.py", "e2e/test_kueue_multikueue.py")}
-_GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
-# Under pytest-xdist, the tests of a kind before the others in each build rank: the long e2e modules
-# start first, and the short unit modules fill the workers' last minutes.
-_KIND_ORDER = ("e2e/", "tests/integration/", "tests/unit/")
+# The builds cached when the session starts (builds.cached): the controller finds them once and hands
+# them to its workers (pytest_configure_node), whose orders must be the same (xdist checks it).
+_CACHED = pytest.StashKey()
+CACHED_INPUT = "cached_builds"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,9 +43,20 @@ def _needs(item: pytest.Item) -> tuple[str, ...]:
     return tuple(name for mark in item.iter_markers(builds.MARKER) for name in mark.args)
 
 
-def _kind(item: pytest.Item) -> int:
-    path = item.nodeid.split("::")[0]
-    return next((i for i, prefix in enumerate(_KIND_ORDER) if path.startswith(prefix)), len(_KIND_ORDER))
+def _cached(config: pytest.Config) -> frozenset[str]:
+    """The builds already cached: a worker's are its controller's; a controller or a serial run reads
+    the stamps once, before any build of this session (gw0 starts them after collecting)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return frozenset(workerinput[CACHED_INPUT])
+    if _CACHED not in config.stash:
+        config.stash[_CACHED] = frozenset(builds.cached(builds.NAMES))
+    return config.stash[_CACHED]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput[CACHED_INPUT] = sorted(_cached(node.config))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -65,26 +67,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i, keep in zip(items, chosen, strict=True) if keep]
-    # Stable. Under pytest-xdist, the order of the units handed to the workers: the GROUPS first (the
-    # longest: the phase lasts at least as long as each, so each starts at once; their builds come
-    # first in testsupport/builds.py and a test waits for its build, pytest_runtest_protocol), then the
-    # tests that need no build, then those that need one, in the order they are built. A serial run
-    # only puts the tests that need a build after the others.
+    # Stable. Under pytest-xdist, the order of the units handed to the workers (testsupport/order.py):
+    # the GROUPS first, then by the builds they wait for (a test waits for its build,
+    # pytest_runtest_protocol; a cached one is no wait), then the longest units first. A serial run
+    # only puts the tests that wait for a build after the others.
+    cached = _cached(config)
     if _worker() is None:
-        items.sort(key=lambda item: builds.rank(_needs(item)))
+        items.sort(key=lambda item: builds.rank(_needs(item), cached))
     else:
-        items.sort(key=lambda item: (_group(item.nodeid) not in GROUPS, builds.rank(_needs(item)), _kind(item)))
-
-
-def _group(nodeid: str) -> str:
-    """The unit make test's workers take: a test module, or the GROUPS entry it belongs to."""
-    path = nodeid.split("::")[0]
-    return _GROUP_OF.get(path, path)
+        items.sort(key=lambda item: order.key(item.nodeid, _needs(item), cached))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """xdist's loadscope scheduling with _group() as the scope: a module's tests on one worker, in
+    """xdist's loadscope scheduling with order.group() as the scope: a module's tests on one worker, in
     their order, its module-scoped fixtures (a Kueue, a second scheduler, a Deployment) made once, as
     in a serial run; the modules of one GROUPS entry one after another on one worker. (Its
     `xdist_group` marker cannot do it under pytest 9: xdist 3.8 renames the item through `_nodeid`,
@@ -93,7 +89,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class ModuleGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _group(nodeid)
+            return order.group(nodeid)
 
     return ModuleGroups(config, log)
 
@@ -176,7 +172,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # The controller (or a run without xdist) sees every worker's reports: it keeps the times.
     if _worker() is None:
         node = getattr(report, "node", None)  # the xdist worker that ran it
-        group_times.add(_UNITS, _group(report.nodeid), report.when, report.duration, report.start, report.stop,
+        group_times.add(_UNITS, order.group(report.nodeid), report.when, report.duration, report.start, report.stop,
                         node.gateway.id if node is not None else "")
 
 
@@ -198,7 +194,7 @@ def pytest_testnodedown(node, error) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if _worker() is not None or not _UNITS:
         return
-    terminalreporter.section("where the time went, per scheduling unit (conftest.py GROUPS)")
+    terminalreporter.section("where the time went, per scheduling unit (testsupport/order.py GROUPS)")
     for line in [*group_times.table(_UNITS), "", *group_times.by_kind(_UNITS, _unit_kind)]:
         terminalreporter.write_line(line)
     spent = _KUBECTL if _KUBECTL["calls"] or _KUBECTL["reads"] else kubectl_support.SPENT  # workers, or this process

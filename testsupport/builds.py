@@ -10,11 +10,16 @@ asks for its build as it always did (hack/build-kueue.sh, hack/images/build.sh..
 a lock on its cache (`build_lock`, hack/lib/common.sh), so the fixture waits for the background
 build and then finds the cache. On a warm cache every build is a cache hit of a second or less.
 docs/development.md, "make test on a fresh machine", has the figures.
+
+Each build done here leaves a stamp in the cache (`builds-done/<name>`, a fingerprint of its inputs),
+so that the next session knows which builds are cached before it orders its tests (`cached`,
+testsupport/order.py): a cached build holds no test back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from testsupport.paths import ROOT
+from testsupport.paths import CACHE, ROOT
 
 MARKER = "builds"
 
@@ -38,7 +43,7 @@ class Build:
 
 # The order the background process builds them in, and so the order of the tests that need them:
 # the builds whose tests take longest come first (the real node's MPI images, then Kueue: the tests of
-# the root conftest.py's GROUPS, which start first and wait for them), so that the last build to
+# testsupport/order.py's GROUPS, which start first and wait for them), so that the last build to
 # finish is followed by the shortest tests. decodecheck leads: 34 s cold.
 BUILDS: tuple[Build, ...] = (
     Build("decodecheck", ("hack/build-decodecheck.sh",)),
@@ -51,6 +56,8 @@ BUILDS: tuple[Build, ...] = (
     Build("prometheus", ("hack/build-prometheus.sh",)),
 )
 NAMES = tuple(b.name for b in BUILDS)
+_BY_NAME = {b.name: b for b in BUILDS}
+STAMPS = CACHE / "builds-done"  # beside the builds' caches: emptying the cache forgets them too
 
 
 def needed(item_markers: list[tuple[str, ...]]) -> list[str]:
@@ -62,9 +69,46 @@ def needed(item_markers: list[tuple[str, ...]]) -> list[str]:
     return [n for n in NAMES if n in want]
 
 
-def rank(names: tuple[str, ...]) -> int:
-    """Where a test goes: 0 if it needs no build, else after the last build it needs (1-based)."""
-    return max((NAMES.index(n) + 1 for n in names), default=0)
+def rank(names: tuple[str, ...], cached: frozenset[str] | set[str] = frozenset()) -> int:
+    """Where a test goes: 0 if it needs no build but `cached` ones, else after the last build it
+    needs (1-based) that is not cached (a cache hit takes a second: nothing to wait for)."""
+    return max((NAMES.index(n) + 1 for n in names if n not in cached), default=0)
+
+
+def fingerprint(name: str, root: Path = ROOT) -> str:
+    """The inputs of build `name`: every file under hack/ (the scripts, versions.sh, the image
+    definitions) and its command line. Broader than what one build reads, so a change anywhere
+    there makes every stamp stale; and narrower than what a script keys its cache on (a mirror
+    variable, the compiler's version), so a stamp may outlive its cache. Either way only the order
+    of the tests changes, never what runs: each test's fixture still asks its script for its build."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in (root / "hack").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update("\0".join(_BY_NAME[name].argv).encode())
+    return digest.hexdigest()
+
+
+def record(name: str, done: bool, root: Path = ROOT, stamps: Path = STAMPS) -> None:
+    """After build `name`: its stamp (its fingerprint) if it succeeded, else none."""
+    stamp = stamps / name
+    if not done:
+        stamp.unlink(missing_ok=True)
+        return
+    stamps.mkdir(parents=True, exist_ok=True)
+    partial = stamp.with_name(f".{name}.{os.getpid()}")  # renamed when whole: a reader never sees half
+    partial.write_text(fingerprint(name, root) + "\n")
+    partial.replace(stamp)
+
+
+def cached(names: list[str] | tuple[str, ...], root: Path = ROOT, stamps: Path = STAMPS) -> set[str]:
+    """The builds among `names` done here before with today's inputs (their stamp, `record`)."""
+    def stamp(name: str) -> str:
+        try:
+            return (stamps / name).read_text().strip()
+        except OSError:
+            return ""
+    return {name for name in names if stamp(name) == fingerprint(name, root)}
 
 
 def start(names: list[str], log_path: Path) -> subprocess.Popen | None:
@@ -135,21 +179,21 @@ def stop_pid(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def run(names: list[str], out: TextIO | None = None) -> int:
-    """Builds `names` in BUILDS order, each to its cache; prints one line per build (to `out`, else
-    stdout). The exit status is that of the first build that failed (the rest still run: their tests
-    may pass)."""
-    by_name = {b.name: b for b in BUILDS}
+def run(names: list[str], out: TextIO | None = None, root: Path = ROOT, stamps: Path = STAMPS) -> int:
+    """Builds `names` in BUILDS order, each to its cache, and stamps each one done (`record`); prints
+    one line per build (to `out`, else stdout). The exit status is that of the first build that
+    failed (the rest still run: their tests may pass)."""
     status = 0
     for name in needed([tuple(names)]):
-        b = by_name[name]
+        b = _BY_NAME[name]
         if b.needs_root and os.geteuid() != 0:
             print(f"[builds] {name}: skipped (needs root, as the real node does)", file=out, flush=True)
             continue
         t0 = time.monotonic()
         # PIP_PYTHON: the operator image's wheel is built by this venv's pip, as `make image` does.
-        r = subprocess.run([str(ROOT / b.argv[0]), *b.argv[1:]], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out,
+        r = subprocess.run([str(root / b.argv[0]), *b.argv[1:]], cwd=root, stdout=subprocess.DEVNULL, stderr=out,
                            env={**os.environ, "PIP_PYTHON": sys.executable})
+        record(name, r.returncode == 0, root, stamps)
         print(f"[builds] {name}: exit {r.returncode} after {time.monotonic() - t0:.0f}s", file=out, flush=True)
         status = status or r.returncode
     return status

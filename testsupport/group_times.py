@@ -1,5 +1,5 @@
-"""Where make test's time went, per scheduling unit (a test module, or a GROUPS entry of the root
-conftest.py): how many tests, the sum of their own times (setup, call and teardown: what one worker
+"""Where make test's time went, per scheduling unit (a test module, or a GROUPS entry of
+testsupport/order.py): how many tests, the sum of their own times (setup, call and teardown: what one worker
 spent on the unit), and the span from its first test's start to its last test's end (when it ran
 beside the others). Printed at the end of each phase, and summed per kind of test (the real node's
 GROUPS, Kueue, the other e2e modules, integration, unit); docs/development.md's table is made from it."""

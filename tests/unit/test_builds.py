@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,53 @@ def test_an_unknown_build_is_an_error_naming_the_known_ones():
 ])
 def test_rank_puts_a_test_after_the_last_build_it_needs(names, rank):
     assert builds.rank(names) == rank
+
+
+@pytest.mark.parametrize("names,cached,rank", [
+    (("kueue",), {"kueue"}, 0),  # a cached build holds nothing back
+    (("kueue",), {"prometheus"}, builds.NAMES.index("kueue") + 1),
+    (("operator-image", "prometheus"), {"prometheus"}, builds.NAMES.index("operator-image") + 1),
+    (("operator-image", "prometheus"), set(builds.NAMES), 0),
+])
+def test_rank_ignores_the_cached_builds(names, cached, rank):
+    assert builds.rank(names, cached) == rank
+
+
+def _checkout(root: Path) -> Path:
+    """A checkout's hack/ as far as the stamps see it: a few files, the builds' scripts among them."""
+    for name, text in {"build-kueue.sh": "#!/bin/sh\nexit 0\n", "versions.sh": "KUEUE_VERSION=0.19.2\n",
+                       "lib/common.sh": "cache=~/.cache\n"}.items():
+        (root / "hack" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "hack" / name).write_text(text)
+    (root / "hack" / "build-kueue.sh").chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("change,want", [
+    (lambda root, stamps: None, {"kueue"}),
+    (lambda root, stamps: (root / "hack" / "versions.sh").write_text("KUEUE_VERSION=0.20.0\n"), set()),
+    (lambda root, stamps: (root / "hack" / "lib" / "new.sh").write_text(""), set()),  # a file added
+    (lambda root, stamps: (root / "hack" / "versions.sh").rename(root / "hack" / "lib" / "versions.sh"), set()),
+    (lambda root, stamps: shutil.rmtree(stamps), set()),  # the cache emptied
+    (lambda root, stamps: (stamps / "kueue").write_text(builds.fingerprint("prometheus", root)), set()),
+    (lambda root, stamps: (root / "hack" / "__pycache__").mkdir(), {"kueue"}),  # not an input
+], ids=["unchanged", "a file changed", "a file added", "a file moved", "no stamp", "another build's stamp",
+        "a __pycache__"])
+def test_a_stamped_build_is_cached_until_its_inputs_change(tmp_path, change, want):
+    root, stamps = _checkout(tmp_path / "checkout"), tmp_path / "cache" / "builds-done"
+    builds.record("kueue", True, root, stamps)
+    change(root, stamps)
+    assert builds.cached(["kueue", "prometheus"], root, stamps) == want  # prometheus: never stamped
+
+
+@pytest.mark.parametrize("exit_code,want", [(0, {"kueue"}), (1, set())])
+def test_run_stamps_a_build_that_succeeded_and_forgets_one_that_failed(tmp_path, exit_code, want):
+    root, stamps = _checkout(tmp_path / "checkout"), tmp_path / "cache" / "builds-done"
+    builds.record("kueue", True, root, stamps)  # an earlier build's stamp
+    (root / "hack" / "build-kueue.sh").write_text(f"#!/bin/sh\nexit {exit_code}\n")
+    with (tmp_path / "log").open("w") as log:
+        assert builds.run(["kueue"], out=log, root=root, stamps=stamps) == exit_code
+    assert builds.cached(["kueue"], root, stamps) == want
 
 
 def test_every_build_script_exists_and_is_executable():
