@@ -170,7 +170,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
 
     count = desired.worker_replicas(ctx.job)
     workers_ready = children.workers_ready(ctx)
-    running = ctx.launcher is not None and children.launcher_running(ctx) and workers_ready
+    # Not while the workers are made afresh: the old ones are going (the Job's Ready count lags their
+    # delete) and the new ones' names are withheld until the old pods ended (section 11).
+    running = ctx.launcher is not None and children.launcher_running(ctx) and workers_ready and not renewed
     # Open MPI 5's mpirun exits 0 after losing a worker: remember the loss past Running (workerloss.py).
     workerloss.record(ctx, draft)
     lst = ((ctx.launcher or {}).get("status") or {}) if ctx.owned(ctx.launcher) else {}

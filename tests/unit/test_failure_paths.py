@@ -79,6 +79,21 @@ def test_a_worker_that_ended_succeeded_makes_the_worker_job_recreated(how):
     assert (create["kind"], create["metadata"]["name"], create["spec"]["suspend"]) == ("Job", "pi-worker", False)
 
 
+def test_the_plan_that_sees_a_worker_pod_deleted_says_restarting_though_the_jobs_ready_count_lags():
+    """Worker 0's pod being deleted, the worker Job's `ready` still 2 (the Job controller writes it
+    later): that plan deletes the worker Job (it goes at once) and says Restarting, naming the worker;
+    the passes after it see the old pods as another Job's, so it is this one that must say it."""
+    job, obs = running_state(mpijob(), "job")
+    going = copy.deepcopy(obs.pods[1])
+    going["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:10Z"
+    obs = workers_ready(replace(obs, pods=[obs.pods[0], going, *obs.pods[2:]]), 2)
+    p = run(job, obs, now=at(10))
+    assert deletes(p) == [("Job", "pi-worker", "Background")]
+    restarting = cond(p.status, st.RESTARTING)
+    assert restarting["status"] == "True" and "worker pi-worker-0 was lost" in restarting["message"], p.status
+    assert (cond(p.status, st.RUNNING) or {}).get("status") != "True", p.status
+
+
 def test_a_lost_worker_of_the_statefulset_backend_is_left_to_the_statefulset():
     job, obs = running_state(mpijob(), "statefulset")
     gone = tuple(obs.pods[2:])  # worker 1's delete, as the pod informer told it
