@@ -216,9 +216,8 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
         msg = f"MPIJob {ctx.key} is restarting: {why}; the launcher Job retries (runPolicy.backoffLimit)."
         if draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg):
             draft.event("Warning", status.R_RESTARTING, msg)
-    # (upstream's launcher Job keeps the backoffLimit upstream gave it; its ledger is kept all the same;
-    # a Job being made afresh gets its ledger too, so that the passes until it is gone announce nothing again)
-    retries.sync(ctx, draft, accounts, announcing, ledger_only=relaunching or takeover.upstream_shaped(ctx))
+    # (a Job being made afresh gets its ledger too, so that the passes until it is gone announce nothing again)
+    retries.sync(ctx, draft, accounts, announcing, limit_ours=not (relaunching or takeover.upstream_shaped(ctx)))
     gang.gang_wait(ctx, draft, running)
 
 

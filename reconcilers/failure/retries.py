@@ -375,11 +375,12 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     return Accounts(book, entries, failures(ctx, entries), job_failed)
 
 
-def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, ledger_only: bool = False) -> None:
+def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, limit_ours: bool = True) -> None:
     """The launcher Job's ledger and backoffLimit brought to what the operator counts (one merge
-    patch; nothing when they match). `ledger_only`: the upstream operator's launcher Job
-    (reconcilers/takeover.py), whose backoffLimit stays as upstream set it; its ledger is still
-    kept, so that each failed attempt is announced once."""
+    patch; nothing when they match). `limit_ours` False: the Job's backoffLimit is not the
+    operator's to set (the upstream operator's launcher Job keeps the one upstream gave it,
+    reconcilers/takeover.py; a Job being made afresh retries nothing more, its successor gets the
+    limit); its ledger is kept all the same, so that each failed attempt is announced once."""
     launcher = ctx.launcher
     if launcher is None or not ctx.owned(launcher) or (launcher.get("metadata") or {}).get("deletionTimestamp"):
         return
@@ -389,7 +390,7 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, le
     patch: Obj = {}
     if book != old:
         patch["metadata"] = {"annotations": {LEDGER: book.to_json()}}
-    if not ledger_only and (launcher.get("spec") or {}).get("backoffLimit") != limit:
+    if limit_ours and (launcher.get("spec") or {}).get("backoffLimit") != limit:
         patch["spec"] = {"backoffLimit": limit}
     if patch:
         added = sorted(set(book.entries) - set(old.entries))
