@@ -84,7 +84,6 @@ def stale_alive(pods: JobPods, role: str) -> bool:
     return any(desired.pod_role(p) == role and not ended(p) for p in pods.stale)
 
 
-
 def _children(observed: Observed) -> Iterable[Obj | None]:
     return (observed.service, observed.config_map, observed.secret, observed.launcher, observed.workers,
             observed.other_workers, observed.pod_group, observed.workload, observed.network_policy)
