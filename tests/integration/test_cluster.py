@@ -83,9 +83,12 @@ def test_statefulset_pods_become_ready_and_deleted_pod_returns(kubectl, get_json
     kubectl("delete", "pod", "-n", namespace, "sts-1", "--wait=false")
 
     def replaced_and_ready():
-        p = get_json("pod", "-n", namespace, "sts-1")
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-        return p["metadata"]["uid"] != old_uid and ready
+        # Listed, not read by name: between the delete and the StatefulSet controller's create, sts-1 is
+        # absent, and a read by name would fail on NotFound instead of waiting.
+        new = [p for p in pods(get_json, namespace, "app=sts")
+               if p["metadata"]["name"] == "sts-1" and p["metadata"]["uid"] != old_uid]
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for p in new for c in p["status"].get("conditions", []))
 
     wait_until(replaced_and_ready, timeout=60, what="sts-1 recreated and Ready")
 
