@@ -14,7 +14,7 @@ import pytest
 from testsupport import builds, group_times, order
 from testsupport import kubectl as kubectl_support
 from testsupport.order import GROUPS
-from testsupport.paths import ROOT
+from testsupport.paths import CLUSTER_DIR, ROOT
 
 pytest_plugins = ["tests.cluster_fixtures"]
 BUILDS_LOG = ROOT / "build" / "test-builds.log"
@@ -183,6 +183,8 @@ def _unit_kind(unit: str) -> str:
 
 _KUBECTL = {"calls": 0, "cpu_s": 0.0, "reads": 0, "read_cpu_s": 0.0}  # the workers' reads, summed by the controller
 _CPU_AT_START = group_times.machine_cpu()  # read once, when pytest loads this file
+_PIDS = CLUSTER_DIR / "pids"  # the cluster's processes (hack/cluster-up.sh)
+_CLUSTER_CPU_AT_START = group_times.process_cpu(_PIDS)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -203,3 +205,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         f"\nkubectl: {spent['calls']} calls, {spent['cpu_s']:.0f} CPU seconds; reads in the tests' processes "
         f"instead: {spent['reads']}, {spent['read_cpu_s']:.0f} CPU seconds; the machine: "
         f"{busy:.0f} of {total:.0f} CPU seconds busy (every process, the cluster's included)")
+    spent = group_times.cpu_spent(_CLUSTER_CPU_AT_START, group_times.process_cpu(_PIDS))
+    if spent:
+        terminalreporter.write_line(
+            f"of which the cluster's processes: {sum(s for _, s in spent):.0f} CPU seconds ("
+            + ", ".join(f"{name} {s:.0f}" for name, s in spent) + ")")

@@ -75,18 +75,23 @@ def rank(names: tuple[str, ...], cached: frozenset[str] | set[str] = frozenset()
     return max((NAMES.index(n) + 1 for n in names if n not in cached), default=0)
 
 
-def fingerprint(name: str, root: Path = ROOT) -> str:
-    """The inputs of build `name`: every file under hack/ (the scripts, versions.sh, the image
-    definitions) and its command line. Broader than what one build reads, so a change anywhere
-    there makes every stamp stale; and narrower than what a script keys its cache on (a mirror
-    variable, the compiler's version), so a stamp may outlive its cache. Either way only the order
-    of the tests changes, never what runs: each test's fixture still asks its script for its build."""
+def tree_digest(root: Path = ROOT) -> str:
+    """A digest of every file under hack/ (the scripts, versions.sh, the image definitions)."""
     digest = hashlib.sha256()
     files = sorted(p for p in (root / "hack").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update("\0".join(_BY_NAME[name].argv).encode())
     return digest.hexdigest()
+
+
+def fingerprint(name: str, root: Path = ROOT, tree: str | None = None) -> str:
+    """The inputs of build `name`: every file under hack/ (`tree_digest`, given or computed) and its
+    command line. Broader than what one build reads, so a change anywhere there makes every stamp
+    stale; and narrower than what a script keys its cache on (a mirror variable, the compiler's
+    version), so a stamp may outlive its cache. Either way only the order of the tests changes, never
+    what runs: each test's fixture still asks its script for its build."""
+    tree = tree if tree is not None else tree_digest(root)
+    return hashlib.sha256(f"{tree}\0{chr(0).join(_BY_NAME[name].argv)}".encode()).hexdigest()
 
 
 def record(name: str, done: bool, root: Path = ROOT, stamps: Path = STAMPS) -> None:
@@ -108,7 +113,8 @@ def cached(names: list[str] | tuple[str, ...], root: Path = ROOT, stamps: Path =
             return (stamps / name).read_text().strip()
         except OSError:
             return ""
-    return {name for name in names if stamp(name) == fingerprint(name, root)}
+    tree = tree_digest(root)  # once for all the names: hack/ is read once per call
+    return {name for name in names if stamp(name) == fingerprint(name, root, tree)}
 
 
 def start(names: list[str], log_path: Path) -> subprocess.Popen | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -74,3 +75,25 @@ def machine_cpu() -> tuple[float, float]:
     hz = os.sysconf("SC_CLK_TCK")
     idle = ticks[3] + ticks[4]
     return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
+def process_cpu(pids_dir: Path) -> dict[str, float]:
+    """CPU seconds (user + system, its own, not its children's) of each process whose id hack/
+    cluster-up.sh keeps in `pids_dir` (<name>.pid): where the machine's busy seconds go besides the
+    tests. A process that ended, or a stale file, counts nothing."""
+    hz = os.sysconf("SC_CLK_TCK")
+    spent: dict[str, float] = {}
+    for pid_file in sorted(pids_dir.glob("*.pid")):
+        try:
+            fields = Path(f"/proc/{int(pid_file.read_text())}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        spent[pid_file.stem] = (int(fields[11]) + int(fields[12])) / hz  # utime, stime (stat fields 14, 15)
+    return spent
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> list[tuple[str, float]]:
+    """What each process spent between two `process_cpu` readings, most first; a process that started
+    between them counts from zero, one that ended is left out."""
+    spent = {name: now - before.get(name, 0.0) for name, now in after.items()}
+    return sorted(spent.items(), key=lambda kv: -kv[1])

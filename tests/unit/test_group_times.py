@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from testsupport import group_times
 
 
@@ -39,3 +43,23 @@ def test_by_kind_sums_the_units_of_each_kind():
 
 def test_nothing_run_prints_nothing():
     assert group_times.table({}) == [] and group_times.by_kind({}, str) == []
+
+
+def test_process_cpu_reads_each_pid_file_and_counts_nothing_for_a_dead_or_garbled_one(tmp_path):
+    (tmp_path / "me.pid").write_text(str(os.getpid()))
+    (tmp_path / "gone.pid").write_text("999999999")  # beyond pid_max: no such process
+    (tmp_path / "garbled.pid").write_text("not a pid")
+    sum(i * i for i in range(300_000))  # some CPU of this process's own
+    spent = group_times.process_cpu(tmp_path)
+    assert list(spent) == ["me"]
+    assert spent["me"] > 0
+
+
+@pytest.mark.parametrize("before,after,expected", [
+    ({"a": 1.0, "b": 2.0}, {"a": 5.0, "b": 3.0}, [("a", 4.0), ("b", 1.0)]),
+    ({"a": 1.0}, {"a": 1.5, "new": 2.0}, [("new", 2.0), ("a", 0.5)]),  # started between: from zero
+    ({"a": 1.0, "ended": 9.0}, {"a": 2.0}, [("a", 1.0)]),  # ended between: left out
+    ({}, {}, []),
+])
+def test_cpu_spent_is_each_process_difference_most_first(before, after, expected):
+    assert group_times.cpu_spent(before, after) == expected
