@@ -17,7 +17,7 @@ from testsupport.order import GROUPS
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 pytest_plugins = ["tests.cluster_fixtures"]
-BUILDS_LOG = ROOT / "build" / "test-builds.log"
+BUILDS_LOG = builds.LOG
 _PROC = pytest.StashKey()  # the background builds' process
 _UNITS: dict[str, group_times.Unit] = {}  # where this run's time went, per scheduling unit (controller)
 EXCLUSIVE = "exclusive"
@@ -108,9 +108,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.testrunuid = os.urandom(8).hex()
 
 
+def _early_pid() -> int | None:
+    """The background builds hack/test.sh started before the cluster (builds.start_early), if they
+    still run: they belong to hack/test.sh, which stops them; this session only hurries them."""
+    try:
+        pid = int(os.environ.get(builds.EARLY_PID_ENV, ""))
+    except ValueError:
+        return None
+    return pid if builds.is_builds(pid) else None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # Every worker collects the same tests: only gw0 (or a run without xdist) starts the builds.
-    if session.config.option.collectonly or _worker() not in (None, "gw0"):
+    # Every worker collects the same tests: only gw0 (or a run without xdist) starts the builds, unless
+    # hack/test.sh's still run (a test that waits builds what they have not reached: pytest_runtest_protocol).
+    if session.config.option.collectonly or _worker() not in (None, "gw0") or _early_pid() is not None:
         return
     names = builds.needed([_needs(item) for item in session.items])
     if names:
@@ -127,7 +138,10 @@ _READY: set[str] = set()  # the builds this process saw done
 
 
 def _builds_pid(config: pytest.Config) -> int | None:
-    """The background builds' process: started here, or by worker gw0 (its pid file)."""
+    """The background builds' process: hack/test.sh's, started here, or by worker gw0 (its pid file)."""
+    early = _early_pid()
+    if early is not None:
+        return early
     proc = config.stash.get(_PROC, None)
     if proc is not None:
         return proc.pid

@@ -57,7 +57,9 @@ BUILDS: tuple[Build, ...] = (
 )
 NAMES = tuple(b.name for b in BUILDS)
 _BY_NAME = {b.name: b for b in BUILDS}
+LOG = ROOT / "build" / "test-builds.log"  # what the background builds print
 STAMPS = CACHE / "builds-done"  # beside the builds' caches: emptying the cache forgets them too
+EARLY_PID_ENV = "MPIJOB_EARLY_BUILDS_PID"  # hack/test.sh's background builds (start_early), for conftest.py
 
 
 def needed(item_markers: list[tuple[str, ...]]) -> list[str]:
@@ -152,7 +154,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _is_builds(pid: int) -> bool:
+def is_builds(pid: int) -> bool:
     """The process still runs and is still the builds' (not a process that took its id since)."""
     try:
         return b"testsupport.builds" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -166,7 +168,7 @@ def hurry(pid: int | None) -> None:
     tests keep every core busy (make test's workers, docs/development.md) that is almost none, and the
     test would wait for idle time that never comes. Lowering a process's niceness needs root, as the
     MPI images' build does; elsewhere the builds keep their priority."""
-    if pid is not None and _is_builds(pid):
+    if pid is not None and is_builds(pid):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PGRP, pid, 0)
 
@@ -174,7 +176,7 @@ def hurry(pid: int | None) -> None:
 def stop_pid(pid: int) -> None:
     """stop() for a process known by its id only: the one a pytest-xdist worker started (conftest.py),
     if that process still runs and is still the builds' (not a process that took its id since)."""
-    if not _is_builds(pid):
+    if not is_builds(pid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -205,5 +207,41 @@ def run(names: list[str], out: TextIO | None = None, root: Path = ROOT, stamps: 
     return status
 
 
+def needed_by(pytest_args: list[str]) -> list[str]:
+    """The builds the tests that `pytest tests e2e <pytest_args>` selects need (their `builds`
+    markers), found by collecting them (conftest.py starts nothing on --collect-only)."""
+    import io
+
+    import pytest
+
+    class Markers:
+        names: list[str] = []
+
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            self.names = needed([tuple(n for m in item.iter_markers(MARKER) for n in m.args)
+                                 for item in session.items])
+
+    markers = Markers()
+    with contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(["tests", "e2e", "-qq", "--collect-only", "-p", "no:cacheprovider", *pytest_args],
+                    plugins=[markers])
+    return markers.names
+
+
+def start_early(pytest_args: list[str]) -> int:
+    """make test, before it brings the local cluster up (hack/test.sh): the background builds of what
+    the selected tests need and is not cached, started now, so that they take the CPU the cluster's
+    own Go builds leave (its links, its downloads) instead of the tests' later. Returns their process
+    id, 0 if there is nothing to build. conftest.py then uses this process instead of starting one."""
+    names = [n for n in needed_by(pytest_args) if n not in cached(NAMES)]
+    proc = start(names, LOG)
+    if proc is not None:
+        print(f"[builds] before the cluster, in the background: {', '.join(names)}", file=sys.stderr)
+    return proc.pid if proc is not None else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--early"]:
+        print(start_early(sys.argv[2:]))
+        sys.exit(0)
     sys.exit(run(sys.argv[1:] or list(NAMES)))

@@ -150,3 +150,15 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+def test_needed_by_collects_the_selected_tests_and_names_their_builds_in_build_order():
+    """hack/test.sh starts these before the cluster (start_early): what the selection needs, no more.
+    In a process of its own, as hack/test.sh runs it (a pytest session inside this one would share
+    its modules)."""
+    select = "test_admitted_on_its_flavor_runs_to_succeeded or test_decodecheck_refuses_what_go_refuses"
+    r = subprocess.run([sys.executable, "-c", "import sys; from testsupport import builds; "
+                        "print(builds.needed_by(sys.argv[1:]))", "-k", select],
+                       cwd=builds.ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "['decodecheck', 'kueue']"
