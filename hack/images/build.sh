@@ -9,7 +9,9 @@
 #   hack/images/build.sh operator  localhost/mpijob-operator:{<hash>,dev}  the operator (no Docker)
 #   hack/images/build.sh all       (pause and mpi-pi: what the real node needs)
 # The last stdout line of each build is "<name> <tarball> <reference>...". A second run with the
-# same inputs is a cache hit (no work). Needs root (debootstrap, chroot), debootstrap, gcc, and
+# same inputs is a cache hit (no work). Every Debian image starts from its suite's minbase rootfs,
+# debootstrapped once per suite and cached (debootstrap-<suite>-<hash>.tar); its packages come
+# with apt-get in a chroot. Needs root (debootstrap, chroot), debootstrap, gcc, and
 # Debian's mirror (DEBIAN_MIRROR, default: the one in /etc/apt/sources.list*).
 # Load a tarball into containerd: ctr -n k8s.io images import <tarball>; into kind:
 #   kind load image-archive <tarball>   (see hack/images/README.md)
@@ -67,6 +69,48 @@ tar_layer() {  # tar_layer <dir> <out> [paths...]
 # Runs a command in a private mount namespace, so that /proc etc. mounted for a chroot vanish
 # with it, whatever happens.
 in_private_ns() { unshare --mount --propagation private "$@"; }
+# in_chroot <rootfs> <command>...: runs it in the rootfs with /proc and the host's /dev (the
+# layers have an empty /dev), both gone with the private mount namespace.
+in_chroot() {
+  # shellcheck disable=SC2016 # expanded by sh, not here
+  in_private_ns sh -c 'mount -t proc proc "$1/proc" && mount --bind /dev "$1/dev" && r=$1 && shift &&
+    exec chroot "$r" "$@"' sh "$@"
+}
+
+# The minbase rootfs of a Debian suite, debootstrapped once (by the first build that needs it,
+# under build_lock images) and shared by every image of that suite: five debootstraps of the same
+# ~100 packages were minutes of a cold run (issue 44). Its apt sources include -updates and
+# -security; the downloaded .debs and package lists are left out (apt-get update fetches them).
+minbase_tar() {  # minbase_tar <suite>: the cached tarball's path (may not exist yet)
+  echo "$CACHE/debootstrap-$1-$(hash_of "$1" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" v1).tar"
+}
+make_minbase() {  # make_minbase <suite> <tarball>
+  local suite=$1 out=$2 w t0=$SECONDS
+  need_debootstrap
+  w=$(mktemp -d "$CACHE/tmp.debootstrap.XXXXXX")
+  cleanup_dirs+=("$w")
+  log "debootstrap $suite (minbase) from $DEBIAN_MIRROR"
+  in_private_ns debootstrap --variant=minbase "$suite" "$w/rootfs" "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 ||
+    { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
+  {
+    echo "deb $DEBIAN_MIRROR $suite main"
+    echo "deb $DEBIAN_MIRROR $suite-updates main"
+    [ -z "$DEBIAN_SECURITY" ] || echo "deb $DEBIAN_SECURITY $suite-security main"
+  } >"$w/rootfs/etc/apt/sources.list"
+  : >"$w/rootfs/etc/resolv.conf"
+  rm -rf "$w/rootfs/var/cache/apt/archives/"*.deb "$w/rootfs/var/lib/apt/lists/"*
+  tar_layer "$w/rootfs" "$out"
+  rm -rf "$w"
+  log "debootstrap $suite: $(du -h "$out" | cut -f1) ($((SECONDS - t0))s)"
+  find "$CACHE" -maxdepth 1 -name "debootstrap-$suite-*.tar" ! -name "$(basename "$out")" -delete
+}
+unpack_minbase() {  # unpack_minbase <suite> <dir>: the suite's minbase rootfs, with the host's resolv.conf
+  local tarball; tarball=$(minbase_tar "$1")
+  [ -s "$tarball" ] || make_minbase "$1" "$tarball"
+  mkdir -p "$2"
+  tar --numeric-owner --xattrs --xattrs-include='security.capability' -C "$2" -xf "$tarball"
+  cp /etc/resolv.conf "$2/etc/resolv.conf"
+}
 
 build_pause() {
   local h out
@@ -169,6 +213,30 @@ for names in groups.values():
 PYEOF
 }
 
+# make_mpi_base <flavour> <suite> <packages> <impi-rt wheel or ""> <rootfs dir> <layer>: the suite's
+# minbase + the flavour's packages, set up by mpi-pi/setup-rootfs.sh, as the image's base layer.
+make_mpi_base() {
+  local flavour=$1 suite=$2 packages=$3 rt=$4 root=$5 base=$6 t0=$SECONDS
+  unpack_minbase "$suite" "$root"
+  log "mpi-pi-$flavour: installing $packages"
+  if [ -n "$rt" ]; then
+    intel_install "$rt" "$root/opt/intel/mpi"
+    echo /opt/intel/mpi/lib >"$root/etc/ld.so.conf.d/intel-mpi.conf"
+  fi
+  cp "$here/mpi-pi/setup-rootfs.sh" "$root/setup-rootfs.sh"
+  in_chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin PACKAGES="$packages" SSH_PORT="$SSH_PORT" \
+    sh /setup-rootfs.sh >"$root.setup.log" 2>&1 ||
+    { tail -n 30 "$root.setup.log" >&2; die "installing packages in the image failed"; }
+  tail -n 1 "$root.setup.log" >&2
+  rm -f "$root/setup-rootfs.sh"
+  : >"$root/etc/resolv.conf"  # the kubelet bind-mounts the pod's resolv.conf
+  echo mpi-pi >"$root/etc/hostname"
+  rm -rf "$root/var/cache/debconf/"*-old "$root/var/lib/dpkg/"*-old
+  tar_layer "$root" "$base"
+  log "mpi-pi-$flavour: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
+  rm -rf "$root"
+}
+
 build_mpi_pi() {  # build_mpi_pi <flavour>
   local flavour=$1 t0=$SECONDS hb ht base out w suite packages builder refs rt="" devel="" extra=""
   flavour_vars "$flavour"
@@ -176,7 +244,7 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
     rt=$(intel_wheel impi-rt) devel=$(intel_wheel impi-devel)
     extra="$(basename "$rt") $(basename "$devel")"
   fi
-  hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$suite" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$packages" "$SSH_PORT" "$extra" v2)
+  hb=$(hash_of "$here/mpi-pi/setup-rootfs.sh" "$(basename "$(minbase_tar "$suite")")" "$packages" "$SSH_PORT" "$extra" v3)
   base=$CACHE/mpi-pi-$flavour-base-$hb.layer.tar
   ht=$(hash_of "$hb" "$here/mpi-pi/pi.c" "$here/mpi-pi/entrypoint.sh" "$here/oci_pack.py" "$builder" "$(flavour_env "$flavour")" v2)
   out=$CACHE/mpi-pi-$flavour-$ht.oci.tar
@@ -187,35 +255,7 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
   fi
   w=$(mktemp -d "$CACHE/tmp.mpi-pi.XXXXXX")
   cleanup_dirs+=("$w")
-  if [ ! -s "$base" ]; then
-    need_debootstrap
-    log "mpi-pi-$flavour: debootstrap $suite (minbase) from $DEBIAN_MIRROR"
-    in_private_ns debootstrap --variant=minbase "$suite" "$w/rootfs" "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 ||
-      { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
-    log "mpi-pi-$flavour: debootstrap done ($((SECONDS - t0))s); installing $packages"
-    {
-      echo "deb $DEBIAN_MIRROR $suite main"
-      echo "deb $DEBIAN_MIRROR $suite-updates main"
-      [ -z "$DEBIAN_SECURITY" ] || echo "deb $DEBIAN_SECURITY $suite-security main"
-    } >"$w/rootfs/etc/apt/sources.list"
-    cp /etc/resolv.conf "$w/rootfs/etc/resolv.conf"
-    if [ -n "$rt" ]; then
-      intel_install "$rt" "$w/rootfs/opt/intel/mpi"
-      echo /opt/intel/mpi/lib >"$w/rootfs/etc/ld.so.conf.d/intel-mpi.conf"
-    fi
-    cp "$here/mpi-pi/setup-rootfs.sh" "$w/rootfs/setup-rootfs.sh"
-    in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        PACKAGES="$2" SSH_PORT="$3" sh /setup-rootfs.sh' sh "$w/rootfs" "$packages" "$SSH_PORT" \
-      >"$w/setup.log" 2>&1 || { tail -n 30 "$w/setup.log" >&2; die "installing packages in the image failed"; }
-    tail -n 1 "$w/setup.log" >&2
-    rm -f "$w/rootfs/setup-rootfs.sh"
-    : >"$w/rootfs/etc/resolv.conf"  # the kubelet bind-mounts the pod's resolv.conf
-    echo mpi-pi >"$w/rootfs/etc/hostname"
-    rm -rf "$w/rootfs/var/cache/debconf/"*-old "$w/rootfs/var/lib/dpkg/"*-old
-    tar_layer "$w/rootfs" "$base"
-    log "mpi-pi-$flavour: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
-    rm -rf "$w/rootfs"
-  fi
+  [ -s "$base" ] || make_mpi_base "$flavour" "$suite" "$packages" "$rt" "$w/rootfs" "$base"
   # Top layer: the pi program, compiled by mpicc in a builder made of the base plus $builder
   # (so the image itself carries no compiler), then thrown away.
   log "mpi-pi-$flavour: compiling pi.c in a builder (base + $builder)"
@@ -228,11 +268,10 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
     intel_install "$devel" "$w/rootfs/opt/intel/mpi"
     mpicc="I_MPI_ROOT=/opt/intel/mpi /opt/intel/mpi/bin/mpicc"
   fi
-  # (the layer has an empty /dev: the host's is bind-mounted, in the private mount namespace;
-  # HOME: Open MPI 5's mpicc fails in opal_init without one)
-  in_private_ns sh -c 'mount -t proc proc "$1/proc" && mount --bind /dev "$1/dev" &&
-    exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $2 &&
-      $3 -O2 -o /opt/pi /opt/pi.c -lm"' sh "$w/rootfs" "$builder" "$mpicc" >"$w/builder.log" 2>&1 ||
+  # (HOME: Open MPI 5's mpicc fails in opal_init without one)
+  in_chroot "$w/rootfs" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root DEBIAN_FRONTEND=noninteractive \
+    sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $builder &&
+      $mpicc -O2 -o /opt/pi /opt/pi.c -lm" >"$w/builder.log" 2>&1 ||
     { tail -n 30 "$w/builder.log" >&2; die "compiling pi.c failed"; }
   cp -a "$w/rootfs/opt/pi" "$w/rootfs/opt/pi.c" "$w/top/opt/"
   cp "$here/mpi-pi/entrypoint.sh" "$w/top/entrypoint.sh"
@@ -258,10 +297,26 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
 # pip builds on the host (the same Python minor release: 3.11 on bookworm). Runs as 65532, with
 # nothing written outside /tmp (the Deployment mounts an emptyDir there; the root is read-only).
 OPERATOR_PACKAGES="python3 python3-venv ca-certificates"
+make_operator_base() {  # make_operator_base <rootfs dir> <layer>: bookworm's minbase + OPERATOR_PACKAGES
+  local root=$1 base=$2 t0=$SECONDS
+  unpack_minbase "$SUITE" "$root"
+  log "operator: installing $OPERATOR_PACKAGES"
+  # (as mpi-pi/setup-rootfs.sh: no daemons start in the chroot; no package lists or .debs kept)
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" && chmod 755 "$root/usr/sbin/policy-rc.d"
+  in_chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C \
+    sh -ec "apt-get -q update && apt-get -q install -y --no-install-recommends $OPERATOR_PACKAGES && apt-get clean" \
+    >"$root.apt.log" 2>&1 || { tail -n 30 "$root.apt.log" >&2; die "installing $OPERATOR_PACKAGES failed"; }
+  rm -rf "$root/usr/sbin/policy-rc.d" "$root/var/lib/apt/lists/"* "$root/var/log/apt" \
+    "$root/var/cache/debconf/"*-old "$root/var/lib/dpkg/"*-old
+  : >"$root/etc/resolv.conf"
+  tar_layer "$root" "$base"
+  log "operator: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
+  rm -rf "$root"
+}
 build_operator() {
   local t0=$SECONDS hb ht base out w src
   src=$(cd "$here/../.." && pwd)
-  hb=$(hash_of "$SUITE" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" "$OPERATOR_PACKAGES" v1)
+  hb=$(hash_of "$(basename "$(minbase_tar "$SUITE")")" "$OPERATOR_PACKAGES" v2)
   base=$CACHE/operator-base-$hb.layer.tar
   # The project's inputs: its metadata and every module that goes into the wheel.
   ht=$(hash_of "$hb" "$here/oci_pack.py" "$src/pyproject.toml" \
@@ -273,27 +328,16 @@ build_operator() {
   fi
   w=$(mktemp -d "$CACHE/tmp.operator.XXXXXX")
   cleanup_dirs+=("$w")
-  if [ ! -s "$base" ]; then
-    need_debootstrap
-    log "operator: debootstrap $SUITE (minbase) + $OPERATOR_PACKAGES"
-    in_private_ns debootstrap --variant=minbase --include="${OPERATOR_PACKAGES// /,}" "$SUITE" "$w/rootfs" \
-      "$DEBIAN_MIRROR" >"$w/debootstrap.log" 2>&1 || { tail -n 30 "$w/debootstrap.log" >&2; die "debootstrap failed"; }
-    rm -rf "$w/rootfs/var/cache/apt/archives/"*.deb "$w/rootfs/var/lib/apt/lists/"* \
-      "$w/rootfs/var/cache/debconf/"*-old "$w/rootfs/var/lib/dpkg/"*-old
-    : >"$w/rootfs/etc/resolv.conf"
-    tar_layer "$w/rootfs" "$base"
-    log "operator: base layer $(du -h "$base" | cut -f1) ($((SECONDS - t0))s)"
-    rm -rf "$w/rootfs"
-  fi
+  [ -s "$base" ] || make_operator_base "$w/rootfs" "$base"
   log "operator: wheels of the project and its dependencies"
   "${PIP_PYTHON:-$PY}" -m pip wheel -q --wheel-dir "$w/wheels" "$src" >"$w/wheel.log" 2>&1 ||
     { tail -n 30 "$w/wheel.log" >&2; die "building the wheels failed"; }
   mkdir -p "$w/rootfs"
   tar --numeric-owner -C "$w/rootfs" -xf "$base"
   mkdir -p "$w/rootfs/wheels" && cp "$w/wheels/"*.whl "$w/rootfs/wheels/"
-  in_private_ns sh -c 'mount -t proc proc "$1/proc" && exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-      sh -ec "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index --find-links=/wheels \
-        --no-compile mpijob-operator && python3 -m compileall -q /opt/venv"' sh "$w/rootfs" >"$w/venv.log" 2>&1 ||
+  in_chroot "$w/rootfs" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    sh -ec "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index --find-links=/wheels \
+      --no-compile mpijob-operator && python3 -m compileall -q /opt/venv" >"$w/venv.log" 2>&1 ||
     { tail -n 30 "$w/venv.log" >&2; die "installing the operator in the image failed"; }
   mkdir -p "$w/top/opt"
   mv "$w/rootfs/opt/venv" "$w/top/opt/venv"
