@@ -27,7 +27,18 @@ trap 'for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done' EXIT
 
 LOG_TAG=images
 source "$here/../lib/common.sh"
-build_lock images
+
+# Each image, and each suite's minbase, under a lock of its own (build_lock): the real node's images
+# (`all`, which make cluster-up builds) never wait for the other flavours (`mpis`, which make test
+# starts beside the cluster's builds: testsupport/builds.py), and one build never runs twice at once.
+# (`if`, not `||`: a function called on the right of `||` runs without set -e.)
+locked() {  # locked <lock name> <command>...
+  local fd
+  build_lock "images-$1" fd
+  shift
+  "$@"
+  build_unlock "$fd"
+}
 
 # The Debian mirror this machine uses (deb822 .sources or one-line sources.list).
 apt_uri() {  # apt_uri <regex for the path>: first matching URI
@@ -78,7 +89,7 @@ in_chroot() {
 }
 
 # The minbase rootfs of a Debian suite, debootstrapped once (by the first build that needs it,
-# under build_lock images) and shared by every image of that suite: five debootstraps of the same
+# under its own lock, `locked`) and shared by every image of that suite: five debootstraps of the same
 # ~100 packages were minutes of a cold run (issue 44). Its apt sources include -updates and
 # -security; the downloaded .debs and package lists are left out (apt-get update fetches them).
 minbase_tar() {  # minbase_tar <suite>: the cached tarball's path (may not exist yet)
@@ -104,9 +115,12 @@ make_minbase() {  # make_minbase <suite> <tarball>
   log "debootstrap $suite: $(du -h "$out" | cut -f1) ($((SECONDS - t0))s)"
   find "$CACHE" -maxdepth 1 -name "debootstrap-$suite-*.tar" ! -name "$(basename "$out")" -delete
 }
+make_minbase_once() {  # make_minbase_once <suite> <tarball>: unless the lock's previous holder made it
+  if [ ! -s "$2" ]; then make_minbase "$1" "$2"; fi
+}
 unpack_minbase() {  # unpack_minbase <suite> <dir>: the suite's minbase rootfs, with the host's resolv.conf
   local tarball; tarball=$(minbase_tar "$1")
-  [ -s "$tarball" ] || make_minbase "$1" "$tarball"
+  if [ ! -s "$tarball" ]; then locked "debootstrap-$1" make_minbase_once "$1" "$tarball"; fi
   mkdir -p "$2"
   tar --numeric-owner --xattrs --xattrs-include='security.capability' -C "$2" -xf "$tarball"
   cp /etc/resolv.conf "$2/etc/resolv.conf"
@@ -255,7 +269,7 @@ build_mpi_pi() {  # build_mpi_pi <flavour>
   fi
   w=$(mktemp -d "$CACHE/tmp.mpi-pi.XXXXXX")
   cleanup_dirs+=("$w")
-  [ -s "$base" ] || make_mpi_base "$flavour" "$suite" "$packages" "$rt" "$w/rootfs" "$base"
+  if [ ! -s "$base" ]; then make_mpi_base "$flavour" "$suite" "$packages" "$rt" "$w/rootfs" "$base"; fi
   # Top layer: the pi program, compiled by mpicc in a builder made of the base plus $builder
   # (so the image itself carries no compiler), then thrown away.
   log "mpi-pi-$flavour: compiling pi.c in a builder (base + $builder)"
@@ -328,7 +342,7 @@ build_operator() {
   fi
   w=$(mktemp -d "$CACHE/tmp.operator.XXXXXX")
   cleanup_dirs+=("$w")
-  [ -s "$base" ] || make_operator_base "$w/rootfs" "$base"
+  if [ ! -s "$base" ]; then make_operator_base "$w/rootfs" "$base"; fi
   log "operator: wheels of the project and its dependencies"
   "${PIP_PYTHON:-$PY}" -m pip wheel -q --wheel-dir "$w/wheels" "$src" >"$w/wheel.log" 2>&1 ||
     { tail -n 30 "$w/wheel.log" >&2; die "building the wheels failed"; }
@@ -355,11 +369,14 @@ build_operator() {
 
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
 case ${1:-all} in
-  pause) build_pause ;;
-  mpi-pi | openmpi4) build_mpi_pi openmpi4 ;;
-  openmpi5 | mpich | intel) build_mpi_pi "$1" ;;
-  mpis) for f in $MPI_FLAVOURS; do build_mpi_pi "$f"; done ;;
-  operator) build_operator ;;
-  all) build_pause; build_mpi_pi openmpi4 ;;
+  pause) locked pause build_pause ;;
+  mpi-pi | openmpi4) locked mpi-pi-openmpi4 build_mpi_pi openmpi4 ;;
+  openmpi5 | mpich | intel) locked "mpi-pi-$1" build_mpi_pi "$1" ;;
+  # openmpi4 last: make cluster-up builds it (`all`) beside its Go builds, and make test's background
+  # `mpis` (nice 19) starts beside them too; taking its lock first would make the real node wait.
+  mpis) for f in $MPI_FLAVOURS; do [ "$f" = openmpi4 ] || locked "mpi-pi-$f" build_mpi_pi "$f"; done
+    locked mpi-pi-openmpi4 build_mpi_pi openmpi4 ;;
+  operator) locked operator build_operator ;;
+  all) locked pause build_pause; locked mpi-pi-openmpi4 build_mpi_pi openmpi4 ;;
   *) die "usage: $0 pause|mpi-pi|openmpi4|openmpi5|mpich|intel|mpis|operator|all" ;;
 esac

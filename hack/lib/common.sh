@@ -39,15 +39,22 @@ stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID fi
   rm -f "$CLUSTER_DIR/pids/$name.pid"
 }
 
-# build_lock <name>: an exclusive lock on one cached build, held until the script exits. Two runs of
-# one build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the
-# same thing) then never build twice: the second waits, then finds the cache.
+# build_lock <name> [<variable>]: an exclusive lock on one cached build, held until the script exits
+# or, when its descriptor is kept in <variable>, until `build_unlock "$<variable>"`. Two runs of one
+# build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the same
+# thing) then never build twice: the second waits, then finds the cache.
 build_lock() {
-  local dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks
-  mkdir -p "$dir"
-  exec {BUILD_LOCK_FD}>"$dir/$1.lock"
-  if ! flock -n "$BUILD_LOCK_FD"; then
-    log "waiting for another run of this build ($dir/$1.lock)"
-    flock "$BUILD_LOCK_FD"
+  # (its own names start with _build_lock: a caller's `local fd` passed as <variable> stays visible)
+  local _build_lock_dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks _build_lock_fd
+  mkdir -p "$_build_lock_dir"
+  exec {_build_lock_fd}>"$_build_lock_dir/$1.lock"
+  if ! flock -n "$_build_lock_fd"; then
+    log "waiting for another run of this build ($_build_lock_dir/$1.lock)"
+    flock "$_build_lock_fd"
   fi
+  printf -v "${2:-BUILD_LOCK_FD}" %s "$_build_lock_fd"
+}
+build_unlock() {  # build_unlock <descriptor>: the lock build_lock took, released
+  [[ $1 =~ ^[0-9]+$ ]] || { log "build_unlock: not a descriptor: $1"; return 1; }
+  eval "exec $1>&-"
 }
