@@ -41,9 +41,9 @@ stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID fi
 
 # tools_key <dir>...: a short hash of Go tools modules (hack/tools/<name>: go.mod, go.sum, Go files),
 # part of the cache directory of what is built from them. A key of the release versions alone would
-# keep serving binaries built from an older go.mod (e.g. before the tools modules' shared dependencies
-# were raised to one version, docs/development.md, "The Go tools modules share their dependencies' versions"); with it, a changed
-# go.mod rebuilds.
+# keep serving binaries built from an older go.mod (e.g. from before the shared dependencies were raised
+# to one version: docs/development.md, "The Go tools modules share their dependencies' versions");
+# with it, a changed go.mod rebuilds.
 tools_key() {
   local d
   for d in "$@"; do cat "$d/go.mod" "$d/go.sum" "$d"/*.go; done | sha256sum | cut -c1-12
