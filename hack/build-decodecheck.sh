@@ -9,8 +9,7 @@ source "$here/lib/common.sh"
 build_lock decodecheck
 src=$here/tools/decodecheck
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
-key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
-bin="$cache/decodecheck-$key/decodecheck"
+bin="$cache/decodecheck-$(tools_key "$src")/decodecheck"
 if [ ! -x "$bin" ]; then
   mkdir -p "$(dirname "$bin")"
   log "building $bin"

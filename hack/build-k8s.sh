@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local cluster's binaries from the pinned upstream Go modules into a cache
-# outside the work tree, keyed by version, so a second run builds nothing.
+# outside the work tree, keyed by version and by the tools modules' hash (tools_key, lib/common.sh),
+# so a second run builds nothing and a changed go.mod rebuilds.
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kwok
 # Prints the bin directory on the last line of stdout.
 set -euo pipefail
@@ -9,8 +10,7 @@ source "$here/versions.sh"
 LOG_TAG=build-k8s
 source "$here/lib/common.sh"
 
-cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
-bin="$cache/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-kwok-v${KWOK_VERSION}/bin"
+bin=$(k8s_bin_dir)
 mkdir -p "$bin"
 
 ldflags_k8s() {

@@ -3,7 +3,8 @@
 #   prometheus-operator  built from its Go module (PROMETHEUS_OPERATOR_VERSION, hack/tools/prometheus-operator);
 #   prometheus           built from its Go module (PROMETHEUS_VERSION, hack/tools/prometheus) with the
 #                        Kubernetes service discovery only (Debian's package has none).
-# Prints the cache's bin directory on its last line. A second run is a cache hit.
+# Prints the cache's bin directory on its last line. A second run is a cache hit; the cache is keyed by
+# the versions and the tools modules' hash (tools_key, lib/common.sh), so a changed go.mod rebuilds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
@@ -11,7 +12,8 @@ LOG_TAG=prometheus
 source "$here/lib/common.sh"
 build_lock prometheus
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
-dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMETHEUS_VERSION
+dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMETHEUS_VERSION-$(tools_key \
+  "$here/tools/prometheus-operator" "$here/tools/prometheus")
 bin=$dir/bin
 mkdir -p "$bin"
 export PATH="/usr/local/go/bin:$PATH" GOFLAGS=${GOFLAGS:--mod=mod}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the scheduler-plugins scheduler (kube-scheduler with Coscheduling) and its controller
 # (which keeps PodGroup status.phase) from the pinned Go module (hack/tools/scheduler-plugins),
-# into a cache outside the work tree keyed by version, as build-k8s.sh does for the control plane.
+# into a cache outside the work tree keyed by version and the tools module's hash (tools_key,
+# lib/common.sh), as build-k8s.sh does for the control plane.
 # Prints the bin directory on the last line of stdout. The PodGroup CRD: hack/podgroup-crds.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +14,7 @@ export GOFLAGS=${GOFLAGS:--mod=mod}
 tools="$here/tools/scheduler-plugins"
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
-bin="$cache/scheduler-plugins-v${SCHEDULER_PLUGINS_VERSION}/bin"
+bin="$cache/scheduler-plugins-v${SCHEDULER_PLUGINS_VERSION}-$(tools_key "$tools")/bin"
 mkdir -p "$bin"
 for name in scheduler controller; do
   [ -x "$bin/$name" ] && continue

@@ -39,6 +39,23 @@ stop_pid() {  # stop_pid <name>: TERM, wait up to 10 s, KILL; removes the PID fi
   rm -f "$CLUSTER_DIR/pids/$name.pid"
 }
 
+# tools_key <dir>...: a short hash of Go tools modules (hack/tools/<name>: go.mod, go.sum, Go files),
+# part of the cache directory of what is built from them. A key of the release versions alone would
+# keep serving binaries built from an older go.mod (e.g. from before the shared dependencies were raised
+# to one version: docs/development.md, "The Go tools modules share their dependencies' versions");
+# with it, a changed go.mod rebuilds.
+tools_key() {
+  local d
+  for d in "$@"; do cat "$d/go.mod" "$d/go.sum" "$d"/*.go; done | sha256sum | cut -c1-12
+}
+
+# k8s_bin_dir: where hack/build-k8s.sh caches the control plane (versions.sh must be sourced).
+k8s_bin_dir() {
+  local tools cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
+  tools=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
+  echo "$cache/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-kwok-v${KWOK_VERSION}-$(tools_key "$tools/k8s" "$tools/etcd" "$tools/kwok")/bin"
+}
+
 # build_lock <name> [<variable>]: an exclusive lock on one cached build, held until the script exits
 # or, when its descriptor is kept in <variable>, until `build_unlock "$<variable>"`. Two runs of one
 # build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the same

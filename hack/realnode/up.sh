@@ -37,11 +37,11 @@ missing_packages() {
 }
 
 kubelet_bin() {  # the cluster's link, KUBEBUILDER_ASSETS, or hack/build-k8s.sh's cache
-  local b cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
+  local b
   # shellcheck source=hack/versions.sh
   source "$here/../versions.sh"
   for b in "$CLUSTER_DIR/bin/kubelet" "${KUBEBUILDER_ASSETS:-/nonexistent}/kubelet" \
-    "$cache/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-kwok-v${KWOK_VERSION}/bin/kubelet"; do
+    "$(k8s_bin_dir)/kubelet"; do
     [ -x "$b" ] && { echo "$b"; return 0; }
   done
   return 1
