@@ -39,8 +39,7 @@ def _worker() -> str | None:
     return os.environ.get("PYTEST_XDIST_WORKER")
 
 
-def _needs(item: pytest.Item) -> tuple[str, ...]:
-    return tuple(name for mark in item.iter_markers(builds.MARKER) for name in mark.args)
+_needs = builds.item_needs
 
 
 def _cached(config: pytest.Config) -> frozenset[str]:

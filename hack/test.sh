@@ -38,9 +38,9 @@ stop_cluster() {
 trap stop_cluster EXIT
 if ! healthy; then
   # The builds the selected tests need and the cache lacks (Kueue, the MPI images...: testsupport/
-  # builds.py) start now, at the lowest priority, beside the cluster's own builds: they take the CPU
-  # those leave (links, downloads, debootstrap's waits) instead of the tests' later. The pytest
-  # sessions use this process (conftest.py); it is stopped at the end if it still runs.
+  # builds.py) start now, at the lowest priority, beside the cluster's own builds, so that the tests
+  # that wait for them find them done sooner. The pytest sessions use this process (conftest.py); it
+  # is stopped at the end if it still runs.
   early=$("$PY" -m testsupport.builds --early "$@" | tail -n 1) || true
   [[ "$early" =~ ^[0-9]+$ ]] || early=0
   export MPIJOB_EARLY_BUILDS_PID=$early

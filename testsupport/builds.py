@@ -207,32 +207,42 @@ def run(names: list[str], out: TextIO | None = None, root: Path = ROOT, stamps: 
     return status
 
 
+def item_needs(item) -> tuple[str, ...]:
+    """The builds a collected test names in its `builds` markers."""
+    return tuple(name for mark in item.iter_markers(MARKER) for name in mark.args)
+
+
+class _Needs:
+    """A pytest plugin that keeps what the collected tests need (needed_by)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def pytest_collection_finish(self, session) -> None:
+        self.names = needed([item_needs(item) for item in session.items])
+
+
 def needed_by(pytest_args: list[str]) -> list[str]:
-    """The builds the tests that `pytest tests e2e <pytest_args>` selects need (their `builds`
-    markers), found by collecting them (conftest.py starts nothing on --collect-only)."""
+    """The builds the tests that `pytest tests e2e <pytest_args>` selects need, found by collecting
+    them (conftest.py starts nothing on --collect-only)."""
     import io
 
     import pytest
 
-    class Markers:
-        names: list[str] = []
-
-        def pytest_collection_finish(self, session: pytest.Session) -> None:
-            self.names = needed([tuple(n for m in item.iter_markers(MARKER) for n in m.args)
-                                 for item in session.items])
-
-    markers = Markers()
+    plugin = _Needs()
     with contextlib.redirect_stdout(io.StringIO()):
         pytest.main(["tests", "e2e", "-qq", "--collect-only", "-p", "no:cacheprovider", *pytest_args],
-                    plugins=[markers])
-    return markers.names
+                    plugins=[plugin])
+    return plugin.names
 
 
 def start_early(pytest_args: list[str]) -> int:
     """make test, before it brings the local cluster up (hack/test.sh): the background builds of what
-    the selected tests need and is not cached, started now, so that they take the CPU the cluster's
-    own Go builds leave (its links, its downloads) instead of the tests' later. Returns their process
-    id, 0 if there is nothing to build. conftest.py then uses this process instead of starting one."""
+    the selected tests need and is not cached, started now, beside the cluster's own Go builds, so
+    that the tests that wait for them find them done sooner (docs/development.md, "Where the time
+    goes": in a cold run, the MPI images, Kueue and the Go operator were done before the first test).
+    Returns their process id, 0 if there is nothing to build; conftest.py then uses this process
+    instead of starting one."""
     names = [n for n in needed_by(pytest_args) if n not in cached(NAMES)]
     proc = start(names, LOG)
     if proc is not None:
