@@ -51,7 +51,7 @@ kueue: ## build Kueue for e2e/test_kueue.py (hack/build-kueue.sh: cold 8-9 min, 
 	@echo ">> kueue (hack/build-kueue.sh)"
 	hack/build-kueue.sh >/dev/null
 
-mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (hack/images/build.sh mpis: cold ~8.5 min, cached after)
+mpi-images: ## the real node's MPI images: Open MPI 4 and 5, MPICH, Intel MPI (hack/images/build.sh mpis: cold 6-9 min, one debootstrap per Debian suite; cached after)
 	@if [ "$$(id -u)" = 0 ]; then echo ">> MPI images (hack/images/build.sh mpis)"; hack/images/build.sh mpis >/dev/null; \
 	else echo ">> MPI images: skipped (building them needs root, as the real node does)"; fi
 
