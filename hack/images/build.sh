@@ -95,8 +95,9 @@ in_chroot() {
 minbase_tar() {  # minbase_tar <suite>: the cached tarball's path (may not exist yet)
   echo "$CACHE/debootstrap-$1-$(hash_of "$1" "$DEBIAN_MIRROR" "$DEBIAN_SECURITY" v1).tar"
 }
-make_minbase() {  # make_minbase <suite> <tarball>
+make_minbase() {  # make_minbase <suite> <tarball>: unless the lock's previous holder made it
   local suite=$1 out=$2 w t0=$SECONDS
+  if [ -s "$out" ]; then return 0; fi
   need_debootstrap
   w=$(mktemp -d "$CACHE/tmp.debootstrap.XXXXXX")
   cleanup_dirs+=("$w")
@@ -115,12 +116,9 @@ make_minbase() {  # make_minbase <suite> <tarball>
   log "debootstrap $suite: $(du -h "$out" | cut -f1) ($((SECONDS - t0))s)"
   find "$CACHE" -maxdepth 1 -name "debootstrap-$suite-*.tar" ! -name "$(basename "$out")" -delete
 }
-make_minbase_once() {  # make_minbase_once <suite> <tarball>: unless the lock's previous holder made it
-  if [ ! -s "$2" ]; then make_minbase "$1" "$2"; fi
-}
 unpack_minbase() {  # unpack_minbase <suite> <dir>: the suite's minbase rootfs, with the host's resolv.conf
   local tarball; tarball=$(minbase_tar "$1")
-  if [ ! -s "$tarball" ]; then locked "debootstrap-$1" make_minbase_once "$1" "$tarball"; fi
+  if [ ! -s "$tarball" ]; then locked "debootstrap-$1" make_minbase "$1" "$tarball"; fi
   mkdir -p "$2"
   tar --numeric-owner --xattrs --xattrs-include='security.capability' -C "$2" -xf "$tarball"
   cp /etc/resolv.conf "$2/etc/resolv.conf"
