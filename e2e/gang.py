@@ -75,9 +75,16 @@ class SecondScheduler:
                 raise RuntimeError(f"{log.name} exited with {p.returncode}:\n{log.read_text()[-3000:]}")
 
     def lines_about(self, ns: str, name: str, last: int = 40) -> str:
-        """The scheduler's last log lines about MPIJob `name`'s pods: why a wait for them failed."""
-        lines = self.logs[0].read_text(errors="replace").splitlines()
-        return "\n".join([ln[:400] for ln in lines if f"{ns}/{name}-" in ln][-last:])
+        """The scheduler's log lines about MPIJob `name`'s pods: why a wait for them failed. The last
+        `last` lines of each pod, so that a pod the scheduler went quiet about (a launcher) is not
+        hidden behind the lines of its busy siblings."""
+        about: dict[str, list[str]] = {}
+        for ln in self.logs[0].read_text(errors="replace").splitlines():
+            pod = next((w.strip('"').split("=", 1)[-1] for w in ln.split() if f"{ns}/{name}-" in w), None)
+            if pod is not None:
+                about.setdefault(pod, []).append(ln[:400])
+        return "\n".join(f"- {pod}: {len(lines)} lines, the last {min(last, len(lines))}:\n" + "\n".join(lines[-last:])
+                         for pod, lines in sorted(about.items())) or f"(no line names a pod {ns}/{name}-*)"
 
 
 def scheduler_config(kubeconfig: str, name: str) -> str:
@@ -318,7 +325,7 @@ def wait_all_bound(kubectl, ns: str, name: str, scheduler: SecondScheduler | Non
     except AssertionError as e:
         state = kubectl("-n", ns, "get", "pods", "-o", "wide").stdout
         events = kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout[-4000:]
-        said = scheduler.lines_about(ns, name) if scheduler is not None else ""
+        said = scheduler.lines_about(ns, name, last=20) if scheduler is not None else ""
         raise AssertionError(f"{e}; bound so far: {sorted(seen)}\n{state}\n{events}\n"
                              f"--- the scheduler on {name}'s pods ---\n{said}") from None
 

@@ -56,6 +56,13 @@ k8s_bin_dir() {
   echo "$cache/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-kwok-v${KWOK_VERSION}-$(tools_key "$tools/k8s" "$tools/etcd" "$tools/kwok")/bin"
 }
 
+# knp_bin: where hack/build-kube-network-policies.sh caches its binary (versions.sh must be sourced).
+knp_bin() {
+  local tools cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
+  tools=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
+  echo "$cache/kube-network-policies-v${KUBE_NETWORK_POLICIES_VERSION}-$(tools_key "$tools/kube-network-policies")/bin/kube-network-policies"
+}
+
 # build_lock <name> [<variable>]: an exclusive lock on one cached build, held until the script exits
 # or, when its descriptor is kept in <variable>, until `build_unlock "$<variable>"`. Two runs of one
 # build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the same

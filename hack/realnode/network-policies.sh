@@ -84,7 +84,7 @@ check() {
 cache_bin() {
   # shellcheck source=hack/versions.sh
   source "$here/../versions.sh"
-  echo "${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/kube-network-policies-v$KUBE_NETWORK_POLICIES_VERSION/bin/kube-network-policies"
+  knp_bin
 }
 
 queue_bound() {  # the agent listens on its queue (nfnetlink_queue lists the queues with a listener)

@@ -133,16 +133,28 @@ def test_hurry_gives_the_builds_and_their_children_normal_priority_and_nothing_e
         while len(group()) < 2:  # the builds' process and the one it started
             assert time.monotonic() < deadline, group()
             time.sleep(0.05)
+        groups = os.geteuid() == 0 and Path(f"/proc/{ours.pid}/autogroup").exists()
+        if groups:  # each in a session of its own at the lowest priority, as the builds make theirs
+            for p in (ours, other):
+                builds._autogroup_nice(p.pid, 19)
+            assert _autogroup(ours.pid) != _autogroup(other.pid) and _autogroup(other.pid).endswith(" nice 19")
         builds.hurry(ours.pid)
         builds.hurry(other.pid)
         builds.hurry(None)
         want = 0 if os.geteuid() == 0 else 19  # lowering a niceness needs root
         assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in group()} == {want}
         assert os.getpriority(os.PRIO_PROCESS, other.pid) == 19
+        if groups:
+            assert _autogroup(ours.pid).endswith(" nice 0"), _autogroup(ours.pid)
+            assert _autogroup(other.pid).endswith(" nice 19"), _autogroup(other.pid)
     finally:
         for p in (ours, other):
             os.killpg(p.pid, 9)
             p.wait()
+
+
+def _autogroup(pid: int) -> str:
+    return Path(f"/proc/{pid}/autogroup").read_text().strip()
 
 
 def _pgid(pid: int) -> int | None:
