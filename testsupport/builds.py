@@ -50,7 +50,7 @@ BUILDS: tuple[Build, ...] = (
     Build("decodecheck", ("hack/build-decodecheck.sh",)),
     Build("mpi-images", ("hack/images/build.sh", "mpis"), needs_root=True),
     Build("kueue", ("hack/build-kueue.sh",)),
-    # the Kubeflow MPI Operator v0.8.2 (e2e/test_takeover.py upgrades from it): 542 s cold, beside others
+    # the Kubeflow MPI Operator v0.8.2 (e2e/test_takeover.py upgrades from it): 19 CPU s cold (its tools module)
     Build("mpi-operator-go", ("hack/build-mpi-operator-go.sh",)),
     Build("scheduler-plugins", ("hack/build-scheduler-plugins.sh",)),
     Build("operator-image", ("hack/images/build.sh", "operator"), needs_root=True),

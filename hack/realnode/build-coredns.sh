@@ -16,7 +16,7 @@ if [ ! -x "$bin" ]; then
   echo "[realnode] building CoreDNS $v (cold: a few minutes on 2 cores)" >&2
   t0=$SECONDS
   mkdir -p "$(dirname "$bin")"
-  (cd "$tools" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+  (cd "$tools" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}" go build -trimpath \
     -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$v" -o "$bin.tmp" .)
   mv "$bin.tmp" "$bin"
   echo "[realnode] built CoreDNS in $((SECONDS - t0))s" >&2

@@ -18,6 +18,7 @@ PINNED = {
     "PROMETHEUS_OPERATOR_VERSION": ("prometheus-operator", "github.com/prometheus-operator/prometheus-operator"),
     "SCHEDULER_PLUGINS_VERSION": ("scheduler-plugins", "sigs.k8s.io/scheduler-plugins"),
     "KUBE_NETWORK_POLICIES_VERSION": ("kube-network-policies", "sigs.k8s.io/kube-network-policies"),
+    "MPI_OPERATOR_GO_VERSION": ("mpi-operator-go", "github.com/kubeflow/mpi-operator"),
 }
 
 
