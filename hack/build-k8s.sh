@@ -12,6 +12,9 @@ source "$here/lib/common.sh"
 
 bin=$(k8s_bin_dir)
 mkdir -p "$bin"
+# Held while it builds: two runs never build at once, and the builds that reuse the control plane's
+# compiled packages wait for them (after_k8s_build, lib/common.sh).
+build_lock k8s
 
 ldflags_k8s() {
   local v=$K8S_VERSION major=${K8S_VERSION%%.*} rest=${K8S_VERSION#*.}

@@ -26,6 +26,7 @@ mod=$(cd "$tools" && go mod download -json "github.com/kubeflow/mpi-operator@v${
 
 if [ ! -x "$bin/mpi-operator" ]; then
   log "building mpi-operator v$MPI_OPERATOR_GO_VERSION (cold: a minute once the control plane is built)"
+  after_k8s_build
   t0=$SECONDS
   # into a scratch name renamed at the end: an interrupted build never leaves a binary that looks complete
   (cd "$tools" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/mpi-operator.tmp" \

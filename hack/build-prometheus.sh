@@ -17,6 +17,7 @@ dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMET
 bin=$dir/bin
 mkdir -p "$bin"
 export PATH="/usr/local/go/bin:$PATH" GOFLAGS=${GOFLAGS:--mod=mod}
+[ -x "$bin/prometheus-operator" ] && [ -x "$bin/prometheus" ] || after_k8s_build
 if [ ! -x "$bin/prometheus-operator" ]; then
   t0=$SECONDS
   log "building prometheus-operator v$PROMETHEUS_OPERATOR_VERSION from its Go module (cold: minutes)"

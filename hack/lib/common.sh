@@ -73,6 +73,21 @@ knp_bin() {
   echo "$cache/kube-network-policies-v${KUBE_NETWORK_POLICIES_VERSION}-$(tools_key "$tools/kube-network-policies")/bin/kube-network-policies"
 }
 
+# after_k8s_build: waits while hack/build-k8s.sh builds the control plane. A build whose tools module
+# shares its dependency versions (the Go operator, Prometheus) started beside it, as make test starts
+# them on a cold machine (testsupport/builds.py), would compile the same packages a second time
+# instead of finding them in Go's build cache.
+after_k8s_build() {
+  local dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks fd
+  mkdir -p "$dir"
+  exec {fd}>"$dir/k8s.lock"
+  if ! flock -s -n "$fd"; then
+    log "waiting for the control plane's build, whose compiled packages this one reuses"
+    flock -s "$fd"
+  fi
+  exec {fd}>&-
+}
+
 # build_lock <name> [<variable>]: an exclusive lock on one cached build, held until the script exits
 # or, when its descriptor is kept in <variable>, until `build_unlock "$<variable>"`. Two runs of one
 # build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the same
