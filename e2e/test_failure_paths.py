@@ -68,6 +68,13 @@ def test_a_deleted_worker_whose_sshd_exits_0_comes_back(kubectl, operator, names
                                                         "/pi-worker"]
 
 
+def launcher_pods(kubectl, namespace: str) -> list[tuple]:
+    """Each launcher pod's name, phase, creation and container start, for a failure's message."""
+    return [(p["metadata"]["name"], p["status"].get("phase"), p["metadata"].get("creationTimestamp"),
+             [cs.get("state") for cs in p["status"].get("containerStatuses") or []])
+            for p in pods(kubectl, namespace, "pi", "launcher")]
+
+
 @pytest.mark.parametrize("log", ["finished", "cut-short"])
 def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_judged_by_its_log(kubectl, operator, namespace, backend,
                                                                                log):
@@ -97,7 +104,9 @@ def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_judged_by_its_log(ku
     back = now() - t0
     conds = conditions(kubectl, namespace, "pi")
     assert "Restarting" not in conds, conds  # Running cleared it: the record below is what is left
-    assert conds.get("WorkerLost", {}).get("status") == "True", conds
+    # (what the record rests on, said if it is missing: the launcher pod's phase and creation, whole
+    # seconds, against the delete's time; docs/architecture.md section 9.1, rules 1 and 2)
+    assert conds.get("WorkerLost", {}).get("status") == "True", (conds, launcher_pods(kubectl, namespace), t0)
     (launcher,) = pods(kubectl, namespace, "pi", "launcher")
     assert launcher["status"].get("phase") == "Running", "the launcher ended before the worker came back"
     if log == "finished":
