@@ -95,18 +95,23 @@ def test_open_mpi_exit_0_after_the_lost_worker_came_back_is_judged_by_its_log(ku
     t0 = now()
     kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
 
-    def back_and_running() -> bool:
+    def back_running_and_recorded() -> bool:
+        # The replacement can be Ready, the MPIJob still showing the Running of before the delete,
+        # before the operator's plan on that delete is written (on a loaded machine the StatefulSet
+        # and kwok are quicker than it): the record is what says the operator saw the loss.
         ws = ready_workers(kubectl, namespace, "pi")
+        conds = conditions(kubectl, namespace, "pi")
         return (len(ws) == 2 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in ws}
-                and conditions(kubectl, namespace, "pi").get("Running", {}).get("status") == "True")
+                and conds.get("Running", {}).get("status") == "True" and "Restarting" not in conds
+                and conds.get("WorkerLost", {}).get("status") == "True")
 
-    wait_until(back_and_running, 60, interval=0.2, what="worker 1 back and the MPIJob Running again")
+    try:
+        wait_until(back_running_and_recorded, 60, interval=0.2,
+                   what="worker 1 back, the MPIJob Running again (Restarting cleared) and the loss recorded")
+    except AssertionError as e:  # what the record rests on: the launcher pod's phase and creation
+        raise AssertionError(f"{e}: {conditions(kubectl, namespace, 'pi')}; launcher pods "
+                             f"{launcher_pods(kubectl, namespace)}") from None
     back = now() - t0
-    conds = conditions(kubectl, namespace, "pi")
-    assert "Restarting" not in conds, conds  # Running cleared it: the record below is what is left
-    # (what the record rests on, said if it is missing: the launcher pod's phase and creation, whole
-    # seconds, against the delete's time; docs/architecture.md section 9.1, rules 1 and 2)
-    assert conds.get("WorkerLost", {}).get("status") == "True", (conds, launcher_pods(kubectl, namespace), t0)
     (launcher,) = pods(kubectl, namespace, "pi", "launcher")
     assert launcher["status"].get("phase") == "Running", "the launcher ended before the worker came back"
     if log == "finished":
