@@ -1,4 +1,7 @@
-// Tools module: builds kube-network-policies, the real node's NetworkPolicy implementation.
+// Tools module: builds kube-network-policies, the real node's NetworkPolicy implementation
+// (hack/build-kube-network-policies.sh), its dependencies at the control plane's versions
+// (docs/development.md) but github.com/opencontainers/runtime-spec, which stays at v0.8.0's own:
+// containerd/nri v0.9.0 does not compile against v1.3.0.
 module github.com/mpijob-operator/hack/tools/kube-network-policies
 
 go 1.26.0

@@ -1,4 +1,6 @@
-// Tools module: builds the Kubeflow MPI Operator (Go) that make bench and e2e/test_takeover.py run.
+// Tools module: builds the Kubeflow MPI Operator (Go) that make bench and e2e/test_takeover.py run
+// (hack/build-mpi-operator-go.sh), its dependencies at the control plane's versions (client-go
+// v0.37.2 where v0.8.2's go.mod names v0.35.6; docs/development.md).
 module github.com/mpijob-operator/hack/tools/mpi-operator-go
 
 go 1.26.0
