@@ -80,7 +80,7 @@ class SecondScheduler:
         hidden behind the lines of its busy siblings."""
         about: dict[str, list[str]] = {}
         for ln in self.logs[0].read_text(errors="replace").splitlines():
-            pod = next((w.strip('"').split("=", 1)[-1] for w in ln.split() if f"{ns}/{name}-" in w), None)
+            pod = next((w.split("=", 1)[-1].strip('"') for w in ln.split() if f"{ns}/{name}-" in w), None)
             if pod is not None:
                 about.setdefault(pod, []).append(ln[:400])
         return "\n".join(f"- {pod}: {len(lines)} lines, the last {min(last, len(lines))}:\n" + "\n".join(lines[-last:])

@@ -14,7 +14,7 @@ if [ ! -x "$bin" ]; then
   mkdir -p "$(dirname "$bin")"
   log "building $bin"
   t0=$SECONDS
-  (cd "$src" && CGO_ENABLED=0 GOFLAGS=${GOFLAGS:--mod=mod} go build -trimpath -o "$bin.tmp" .)
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp" .)
   mv "$bin.tmp" "$bin"
   log "built in $((SECONDS - t0))s"
 fi

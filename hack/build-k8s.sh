@@ -37,7 +37,6 @@ build() {  # build <tools dir> <ldflags> <out name=package>...
   done
 }
 
-export GOFLAGS=${GOFLAGS:--mod=mod}
 build etcd "-s -w" etcd=go.etcd.io/etcd/server/v3
 build k8s "$(ldflags_k8s)" \
   kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \

@@ -23,7 +23,7 @@ if [ ! -x "$bin" ]; then
   t0=$SECONDS
   log "building sigs.k8s.io/kube-network-policies v$KUBE_NETWORK_POLICIES_VERSION from its Go module (cold: seconds, the control plane's packages reused)"
   mkdir -p "$(dirname "$bin")"
-  (cd "$here/tools/kube-network-policies" && GOFLAGS=${GOFLAGS:--mod=mod} CGO_ENABLED=0 \
+  (cd "$here/tools/kube-network-policies" && CGO_ENABLED=0 \
     go build -trimpath -ldflags "-s -w" -o "$bin.tmp" "sigs.k8s.io/kube-network-policies/cmd")
   mv "$bin.tmp" "$bin"
   log "kube-network-policies built in $((SECONDS - t0))s"

@@ -13,7 +13,6 @@ build_lock kueue
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}
 bin="$cache/kueue-v${KUEUE_VERSION}/bin"
 mkdir -p "$bin"
-export GOFLAGS=${GOFLAGS:--mod=mod}
 
 if [ ! -x "$bin/kueue" ]; then
   log "building kueue v$KUEUE_VERSION (cold: 8-13 minutes on 2 cores)"

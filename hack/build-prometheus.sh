@@ -16,7 +16,7 @@ dir=$cache/prometheus-operator-v$PROMETHEUS_OPERATOR_VERSION-prometheus-v$PROMET
   "$here/tools/prometheus-operator" "$here/tools/prometheus")
 bin=$dir/bin
 mkdir -p "$bin"
-export PATH="/usr/local/go/bin:$PATH" GOFLAGS=${GOFLAGS:--mod=mod}
+export PATH="/usr/local/go/bin:$PATH"
 [ -x "$bin/prometheus-operator" ] && [ -x "$bin/prometheus" ] || after_k8s_build
 if [ ! -x "$bin/prometheus-operator" ]; then
   t0=$SECONDS

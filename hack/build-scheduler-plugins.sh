@@ -10,7 +10,6 @@ source "$here/versions.sh"
 LOG_TAG=build-scheduler-plugins
 source "$here/lib/common.sh"
 build_lock scheduler-plugins
-export GOFLAGS=${GOFLAGS:--mod=mod}
 tools="$here/tools/scheduler-plugins"
 
 cache=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}

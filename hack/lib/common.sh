@@ -73,18 +73,13 @@ knp_bin() {
   echo "$cache/kube-network-policies-v${KUBE_NETWORK_POLICIES_VERSION}-$(tools_key "$tools/kube-network-policies")/bin/kube-network-policies"
 }
 
-# after_k8s_build: waits while hack/build-k8s.sh builds the control plane. A build whose tools module
-# shares its dependency versions (the Go operator, Prometheus) started beside it, as make test starts
-# them on a cold machine (testsupport/builds.py), would compile the same packages a second time
-# instead of finding them in Go's build cache.
+# after_k8s_build: waits while hack/build-k8s.sh builds the control plane (its build_lock, taken
+# shared here). A build whose tools module shares its dependency versions (the Go operator,
+# Prometheus) started beside it, as make test starts them on a cold machine (testsupport/builds.py),
+# would compile the same packages a second time instead of finding them in Go's build cache.
 after_k8s_build() {
-  local dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks fd
-  mkdir -p "$dir"
-  exec {fd}>"$dir/k8s.lock"
-  if ! flock -s -n "$fd"; then
-    log "waiting for the control plane's build, whose compiled packages this one reuses"
-    flock -s "$fd"
-  fi
+  local fd
+  _cache_lock k8s -s "waiting for the control plane's build, whose compiled packages this one reuses" fd
   exec {fd}>&-
 }
 
@@ -93,15 +88,21 @@ after_k8s_build() {
 # build (the tests' background builds, testsupport/builds.py, and a test fixture asking for the same
 # thing) then never build twice: the second waits, then finds the cache.
 build_lock() {
-  # (its own names start with _build_lock: a caller's `local fd` passed as <variable> stays visible)
-  local _build_lock_dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks _build_lock_fd
-  mkdir -p "$_build_lock_dir"
-  exec {_build_lock_fd}>"$_build_lock_dir/$1.lock"
-  if ! flock -n "$_build_lock_fd"; then
-    log "waiting for another run of this build ($_build_lock_dir/$1.lock)"
-    flock "$_build_lock_fd"
+  _cache_lock "$1" -x "waiting for another run of this build" "${2:-BUILD_LOCK_FD}"
+}
+
+# _cache_lock <name> <-x|-s> <message> <variable>: takes the cache's lock <name> (locks/<name>.lock),
+# exclusive or shared, logging <message> and the lock's file if it must wait; its descriptor goes into <variable>.
+# (Its own names start with _cache_lock: a caller's `local fd` passed as <variable> stays visible.)
+_cache_lock() {
+  local _cache_lock_dir=${MPIJOB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpijob-operator}/locks _cache_lock_fd
+  mkdir -p "$_cache_lock_dir"
+  exec {_cache_lock_fd}>"$_cache_lock_dir/$1.lock"
+  if ! flock "$2" -n "$_cache_lock_fd"; then
+    log "$3 ($_cache_lock_dir/$1.lock)"
+    flock "$2" "$_cache_lock_fd"
   fi
-  printf -v "${2:-BUILD_LOCK_FD}" %s "$_build_lock_fd"
+  printf -v "$4" %s "$_cache_lock_fd"
 }
 build_unlock() {  # build_unlock <descriptor>: the lock build_lock took, released
   [[ $1 =~ ^[0-9]+$ ]] || { log "build_unlock: not a descriptor: $1"; return 1; }
