@@ -9,7 +9,7 @@ feature is off and each MPIJob it would have served says so in its PermissionsMi
 
 from __future__ import annotations
 
-from reconcilers import elastic, names, status
+from reconcilers import discovery, names, status
 from reconcilers.draft import Draft
 from reconcilers.refusal import BLOCKED
 from reconcilers.types import Config, Obj
@@ -44,7 +44,7 @@ def _touches(feature: str, job: Obj) -> bool:
     if feature == "launcher-log":
         return spec.get("mpiImplementation", "OpenMPI") == "OpenMPI"
     if feature == "elastic-refresh":
-        return elastic.is_elastic(job)
+        return discovery.is_elastic(job)
     return False  # statefulset-workers: nothing of one MPIJob's to tell
 
 

@@ -9,7 +9,7 @@ makes a second set of workers for a job in flight. In order:
 2. the backend recorded on the MPIJob's ConfigMap (BACKEND_ANNOTATION, written when the ConfigMap is
    created): it keeps the choice while the workers are being recreated;
 3. the MPIJob's own annotation BACKEND_ANNOTATION (a per-MPIJob choice over the flag);
-4. for an elastic MPIJob (reconcilers/elastic.py is_elastic), the StatefulSet: it replaces a lost
+4. for an elastic MPIJob (reconcilers/discovery.py is_elastic), the StatefulSet: it replaces a lost
    worker alone, where the Job backend recreates the whole worker Job (an Indexed Job never runs a
    completed index again), so an elastic launcher would see every worker go at once and horovodrun
    would blacklist every host (docs/architecture.md section 9.2);

@@ -13,7 +13,7 @@ not control is never touched (reconcilers/ownership.py reports it). Nothing here
 
 from __future__ import annotations
 
-from reconcilers import desired, diff, elastic, names, netpol, ownership, status, takeover
+from reconcilers import desired, diff, discovery, names, netpol, ownership, status, takeover
 from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
@@ -35,8 +35,9 @@ def shared_children(ctx: JobContext, draft: Draft, *, running: bool = False) -> 
             draft.plan.creates.append(Create(want))
         elif ctx.owned(have):
             patch = diff.diff(want, have)
-            # An elastic launcher reads discover_hosts.sh as it goes: never held (reconcilers/elastic.py).
-            if patch and field == "config_map" and _only_discover_hosts(want, have) and not elastic.is_elastic(ctx.job):
+            # An elastic launcher reads discover_hosts.sh as it goes: never held (reconcilers/discovery.py).
+            if (patch and field == "config_map" and _only_discover_hosts(want, have)
+                    and not discovery.is_elastic(ctx.job)):
                 draft.minor.append(patch)
             elif patch:
                 draft.plan.patches.append(patch)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from reconcilers import backend, elastic, names, ownership
+from reconcilers import backend, discovery, names, ownership
 from reconcilers.ownership import JobPods
 from reconcilers.types import Config, Inputs, Obj, Observed
 
@@ -60,7 +60,7 @@ def choose_backend(inputs: Inputs, job: Obj) -> tuple[backend.Choice, Config]:
     """The backend this MPIJob started with (reconcilers/backend.py), and the config that uses it."""
     obs = inputs.observed
     choice = backend.choose(job, [obs.workers, obs.other_workers], obs.config_map, inputs.config.worker_backend,
-                            elastic=elastic.is_elastic(job))
+                            elastic=discovery.is_elastic(job))
     return choice, replace(inputs.config, worker_backend=choice.backend)
 
 

@@ -12,43 +12,17 @@ Each transition gives one Warning Event that quotes the server's message and nam
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.names import NETWORK_INGRESS_FROM_ANNOTATION
-from reconcilers.types import Plan
 
-PERMANENT_STATUS = frozenset({400, 413, 422})
+# Refusal and Cause are plain data of the planner's Inputs (reconcilers/types.py); named here too,
+# where the controller and the tests look for them.
+from reconcilers.types import Cause, Plan, Refusal
+
 R_REFUSED = "ChildRefused"  # reason of Failed (permanent) and Blocked (transient)
 BLOCKED = "Blocked"  # condition type, True while a transient refusal lasts
 _MAX_CAUSES = 5
-
-
-@dataclass(frozen=True)
-class Cause:
-    field: str  # the child's field as the server named it, e.g. spec.template.spec.containers[1].name
-    message: str
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One refused write of a child; `generation` is the MPIJob's metadata.generation at the time."""
-
-    code: int  # HTTP status
-    reason: str  # the Status reason: Invalid, RequestEntityTooLarge, Forbidden...
-    message: str  # the Status message, as the server wrote it
-    kind: str  # the child's kind, e.g. Job
-    name: str  # the child's name
-    generation: int | None = None
-    causes: tuple[Cause, ...] = ()
-
-    @property
-    def permanent(self) -> bool:
-        return is_permanent(self.code)
-
-
-def is_permanent(code: int) -> bool:
-    return code in PERMANENT_STATUS
 
 
 def causes_of(body: object) -> tuple[Cause, ...]:

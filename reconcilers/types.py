@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from reconcilers.evidence import LauncherReport
-    from reconcilers.refusal import Refusal
 
 Obj = dict[str, Any]
 
@@ -193,3 +192,35 @@ class Inputs:
     # (an evicted pod can be gone before any reconcile looks): the controller's memory of them
     # (reconcilers/failure/retries.py: a disruption is told apart even so).
     disrupted: tuple[Obj, ...] = ()
+
+
+# -- a refused write, as plain data (what the plan makes of it: reconcilers/refusal.py) ------------------
+
+PERMANENT_STATUS = frozenset({400, 413, 422})
+
+
+@dataclass(frozen=True)
+class Cause:
+    field: str  # the child's field as the server named it, e.g. spec.template.spec.containers[1].name
+    message: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused write of a child; `generation` is the MPIJob's metadata.generation at the time."""
+
+    code: int  # HTTP status
+    reason: str  # the Status reason: Invalid, RequestEntityTooLarge, Forbidden...
+    message: str  # the Status message, as the server wrote it
+    kind: str  # the child's kind, e.g. Job
+    name: str  # the child's name
+    generation: int | None = None
+    causes: tuple[Cause, ...] = ()
+
+    @property
+    def permanent(self) -> bool:
+        return is_permanent(self.code)
+
+
+def is_permanent(code: int) -> bool:
+    return code in PERMANENT_STATUS

@@ -15,7 +15,7 @@ A worker-loss policy per MPIJob (annotation WORKER_LOSS_ANNOTATION) says how a l
   seen (never a silent success), and is a success said so without one.
 - `ExitCode`: the launcher's exit code alone, for launchers that handle losses themselves (elastic
   Horovod re-reads discover_hosts.sh and carries on). The default for an elastic launcher
-  (reconcilers/elastic.py is_elastic: horovodrun given `--host-discovery-script` discover_hosts.sh).
+  (reconcilers/discovery.py is_elastic: horovodrun given `--host-discovery-script` discover_hosts.sh).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reconcilers import elastic
+from reconcilers import discovery
 
 WORKER_LOSS_ANNOTATION = "mpijob-operator.dev/worker-loss"
 EVIDENCE = "Evidence"
@@ -64,9 +64,9 @@ def scan(uid: str, text: str) -> LauncherReport:
 
 def policy(mpijob: dict) -> str:
     """The MPIJob's worker-loss policy: its annotation (validated: validation.py), else ExitCode for an
-    elastic launcher (reconcilers/elastic.py is_elastic), else Evidence."""
+    elastic launcher (reconcilers/discovery.py is_elastic), else Evidence."""
     meta = mpijob.get("metadata") or {}
     value = (meta.get("annotations") or {}).get(WORKER_LOSS_ANNOTATION)
     if value in POLICIES:
         return value
-    return EXIT_CODE if elastic.is_elastic(mpijob) else EVIDENCE
+    return EXIT_CODE if discovery.is_elastic(mpijob) else EVIDENCE

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from reconcilers import elastic, names
+from reconcilers import discovery, elastic, names
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Observed
 from tests.unit.sim import BACKENDS, KeyGen, apply_plan, at, mpijob, pod, run, running_state, workers_ready
@@ -33,7 +33,7 @@ def pod_patches(p) -> list[tuple[str, dict]]:
     ([], False),
 ])
 def test_is_elastic(args, want):
-    assert elastic.is_elastic(job_with(args)) == want
+    assert discovery.is_elastic(job_with(args)) == want
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

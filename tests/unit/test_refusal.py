@@ -10,7 +10,7 @@ import pytest
 from reconcilers import refusal as rf
 from reconcilers import status as rst
 from reconcilers.plan import plan
-from reconcilers.types import Config, Inputs, Observed
+from reconcilers.types import Config, Inputs, Observed, is_permanent
 from tests.unit.sim import NOW, KeyGen, apply_plan, at, mpijob
 
 DUP = rf.Refusal(422, "Invalid", 'Job.batch "pi-launcher" is invalid: spec.template.spec.containers[1].name: '
@@ -50,7 +50,7 @@ def test_causes_of_a_status_body(body, want):
     (400, True), (413, True), (422, True), (403, False), (404, False), (409, False), (429, False), (500, False),
     (503, False)])
 def test_which_refusals_are_permanent(code, permanent):
-    assert rf.is_permanent(code) is permanent
+    assert is_permanent(code) is permanent
 
 
 def run(job, obs=None, refusal=None, now=NOW):

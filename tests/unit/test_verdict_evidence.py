@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from reconcilers import context, elastic
+from reconcilers import context, discovery
 from reconcilers import status as st
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
@@ -180,7 +180,7 @@ def test_discover_mention_is_not_an_elastic_launcher(args, want):
     """(Before: any word naming discover_hosts.sh made a launcher elastic, its worker-loss policy
     ExitCode: `cat /etc/mpi/discover_hosts.sh; mpirun ...` that lost a worker and exited 0 Succeeded.)"""
     job = open_mpi(launcher_args=args)
-    assert elastic.is_elastic(job) == want
+    assert discovery.is_elastic(job) == want
     assert evidence.policy(job) == (evidence.EXIT_CODE if want else evidence.EVIDENCE)
 
 
