@@ -20,6 +20,7 @@ class Options:
     worker_backend: str = "job"
     namespace: str = ""
     threadiness: int = 4
+    log_readers: int = 4
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
     resync_period: float = 300.0
@@ -81,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=os.environ.get("KUBEFLOW_NAMESPACE", ""),
                    help="watch only this namespace (default: $KUBEFLOW_NAMESPACE, else all)")
     p.add_argument("--threadiness", type=_positive_int, default=4, help="MPIJobs reconciled at once")
+    p.add_argument("--log-readers", type=_positive_int, default=4,
+                   help="launcher logs read at once for verdicts, apart from the reconciles")
     p.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side limit of API calls/s")
     p.add_argument("--kube-api-burst", type=_positive_int, default=100, help="burst of API calls")
     p.add_argument("--resync-period", type=float, default=300.0,

@@ -122,13 +122,15 @@ class Event:
 
 @dataclass(frozen=True)
 class LogRead:
-    """Read the end of a launcher pod's log (reconcilers/failure/evidence.py): the evidence an exit 0 after a
-    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports)."""
+    """Scan a launcher pod's log (reconcilers/failure/evidence.py): the evidence an exit 0 after a
+    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports).
+    `since`: the read's `sinceTime` (RFC 3339), just before the first loss seen; None: the whole log."""
 
     namespace: str
     pod: str
     uid: str
     container: str
+    since: str | None = None
 
 
 @dataclass
