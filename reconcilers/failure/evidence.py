@@ -48,6 +48,8 @@ _CUT_SHORT = (
     re.compile(r"\bThe system has lost communication with the following daemon"),
     re.compile(r"\bnoticed that process rank \d+ with PID \d+ on node \S+ exited on signal \d+"),
 )
+# Words every line of _CUT_SHORT holds: a text without any of them holds none of those lines.
+_HINTS = ("lost communication", "exited on signal")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class LauncherReport:
 def first_cut_short(text: str) -> str | None:
     """The first line of `text` (whole lines) that shows a lost daemon or rank, trimmed; None if none.
     Searched as one block: no pattern spans a line's end, so this is a line-by-line scan's answer."""
+    if not any(hint in text for hint in _HINTS):  # a literal search first: the regexes are 10x slower
+        return None
     hits = [m.start() for p in _CUT_SHORT if (m := p.search(text)) is not None]
     if not hits:
         return None
