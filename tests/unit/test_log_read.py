@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from controller import evidence as ce
 from controller import logreader, logscan
@@ -116,6 +118,30 @@ def clock(*times: float):
 ])
 def test_chatty_launcher_scan_table(chunks, limit, want):
     assert logscan.scan(iter(chunks), evidence.first_cut_short, limit) == want
+
+
+_LINES = hs.sampled_from([b"", b"pi is approximately 3.14", b"rank 0 on host w-0", "été ✓".encode(), P.rstrip(b"\n"),
+                          b"  " + P.rstrip(b"\n") + b"  ", b"x" * 300,
+                          b"[w-1:00042] noticed that process rank 3 with PID 42 on node w-1 exited on signal 9",
+                          b"The system has lost communication with the following daemon:"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=hs.lists(_LINES, max_size=30), newline_at_end=hs.booleans(), cuts=hs.lists(hs.integers(0, 10**4)),
+       limit=hs.integers(0, 10**4))
+def test_chatty_launcher_scan_is_the_same_however_the_stream_is_cut(lines, newline_at_end, cuts, limit):
+    """Any log, cut into chunks anywhere (inside a line, inside a UTF-8 character): the scan finds the
+    first line a scan of the whole text finds, among the first `limit` bytes, and says whether the
+    bound stopped it before the end."""
+    data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    at = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *at], [*at, len(data)], strict=True)]
+    got = logscan.scan(iter(chunks), evidence.first_cut_short, limit)
+    seen = data[:limit]
+    want = evidence.scan("u", seen.decode("utf-8", "replace")).cut_short
+    assert got.found == want
+    if want is None:
+        assert got.read == len(seen) and got.bound == ("bytes" if len(data) > limit else None)
 
 
 def test_chatty_launcher_scan_stops_at_its_deadline():
