@@ -1,0 +1,150 @@
+"""Issue 50 item 9 (`pods_create`), on the real API server: the ClusterRole's pods create (there for the
+takeover's lost bare worker, docs/architecture.md section 6.3) held by manifests/rbac/bare_worker_policy.yaml
+to exactly the bare worker the operator makes for the MPIJob that controls it. As the operator's
+ServiceAccount (operator_kubeconfig applies manifests/rbac), in a namespace holding an MPIJob, a pod
+labelled and owned like that MPIJob's bare worker is refused, with a message that says why, when it is
+privileged, runs as another ServiceAccount, mounts a hostPath or picks its node; the exact bare worker
+reconcilers/takeover.py renders is admitted. (e2e/test_takeover.py makes one for real, on the real node.)
+
+No pod is run: the admitted ones are created with a server-side dry run, which admission policies judge
+as any create, and the refused ones never exist."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from reconcilers import defaults, takeover
+from reconcilers.types import Config
+from testsupport.builders import mpijob
+from testsupport.kubectl import get
+from testsupport.paths import CLUSTER_DIR
+from testsupport.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+
+POLICY = "mpi-operator-bare-workers"
+WORKER_SA = "mpi-worker"
+
+
+def _as_operator(operator_kubeconfig: str, namespace: str, pod: dict, dry_run: bool = False
+                 ) -> subprocess.CompletedProcess:
+    args = [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={operator_kubeconfig}", "-n", namespace,
+            "create", "-f", "-", *(["--dry-run=server"] if dry_run else [])]
+    return subprocess.run(args, input=json.dumps(pod), capture_output=True, text=True, timeout=60)
+
+
+def _job_with_a_hardened_worker(name: str) -> dict:
+    """An MPIJob whose Worker template sets what the policy compares, in the forms the API server then
+    fills in (a Secret volume without defaultMode, an env var from a fieldRef without apiVersion), so
+    that the exact bare worker is admitted only if the policy tolerates the server's defaults."""
+    job = mpijob(name, workers=2)
+    spec = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec["serviceAccountName"] = WORKER_SA
+    spec["securityContext"] = {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+    spec["volumes"] = [{"name": "scratch", "emptyDir": {}}, {"name": "creds", "secret": {"secretName": "creds"}}]
+    c = spec["containers"][0]
+    c["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    c["env"] = [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}]
+    c["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
+    spec["nodeSelector"] = {"no-such-node": "true"}  # never scheduled should a dry run ever not be one
+    return job
+
+
+def _bare_worker(stored: dict, index: int) -> dict:
+    """The pod the takeover creates for worker `index` of the MPIJob as the API server stores it."""
+    ctx = SimpleNamespace(job=defaults.with_defaults(copy.deepcopy(stored)), config=Config())
+    return takeover.bare_worker(ctx, index)  # type: ignore[arg-type]
+
+
+def _refused(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode != 0, f"admitted: {r.stdout}"
+    assert POLICY in r.stderr and "Forbidden" in r.stderr, r.stderr
+    return r.stderr
+
+
+def test_pods_create_the_operator_may_create_only_the_bare_worker_its_mpijob_makes(
+        kubectl, operator_kubeconfig, namespace):
+    n = ("-n", namespace)
+    for sa in (WORKER_SA, "powerful"):
+        kubectl(*n, "create", "serviceaccount", sa)
+    kubectl(*n, "create", "secret", "generic", "creds", "--from-literal=token=t")
+    kubectl(*n, "apply", "-f", "-", input=json.dumps(_job_with_a_hardened_worker("hard")))
+    stored = get(kubectl, namespace, "mpijob", "hard")
+    exact = _bare_worker(stored, 1)
+
+    privileged = copy.deepcopy(exact)
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+
+    # (a) a privileged container: refused once the policy is in force (it takes a moment to load, and
+    # its params, the namespace's MPIJobs, to be seen); on main's manifests it is admitted
+    def refused_privileged() -> str | None:
+        r = _as_operator(operator_kubeconfig, namespace, privileged, dry_run=True)
+        return r.stderr if r.returncode != 0 and POLICY in r.stderr else None
+
+    why = wait_until(refused_privileged, 30, interval=0.5, what="the bare-worker policy in force")
+    assert "hard-worker-1's container(s) " in why and "differ from MPIJob hard's Worker template" in why, why
+    assert "privileged" in why, why
+
+    # (b) another ServiceAccount (one that exists: the ServiceAccount admission plugin would refuse
+    # a missing one before the policy is asked)
+    other_sa = copy.deepcopy(exact)
+    other_sa["spec"]["serviceAccountName"] = "powerful"
+    why = _refused(_as_operator(operator_kubeconfig, namespace, other_sa))
+    assert "runs as ServiceAccount powerful, MPIJob hard's Worker template as mpi-worker" in why, why
+
+    # (c) a hostPath volume of its own, and a node of its choice
+    host_path = copy.deepcopy(exact)
+    host_path["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    host_path["spec"]["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})
+    why = _refused(_as_operator(operator_kubeconfig, namespace, host_path))
+    assert "volume(s) root are not in MPIJob hard's Worker template" in why, why
+    on_node = copy.deepcopy(exact)
+    on_node["spec"]["nodeName"] = "control-plane"
+    why = _refused(_as_operator(operator_kubeconfig, namespace, on_node))
+    assert "nodeName differ(s) from MPIJob hard's Worker template" in why, why
+
+    # the same in the host's namespaces, and a Secret the template does not read
+    host_net = copy.deepcopy(exact)
+    host_net["spec"]["hostPID"] = True
+    assert "hostPID differ(s)" in _refused(_as_operator(operator_kubeconfig, namespace, host_net))
+    other_secret = copy.deepcopy(exact)
+    other_secret["spec"]["volumes"][1]["secret"]["secretName"] = "someone-elses"
+    assert "volume(s) creds are not in" in _refused(_as_operator(operator_kubeconfig, namespace, other_secret))
+    # an image of its own
+    image = copy.deepcopy(exact)
+    image["spec"]["containers"][0]["image"] = "evil.example/miner:1"
+    assert "container(s) " in _refused(_as_operator(operator_kubeconfig, namespace, image))
+    # the MPIJob's name with another uid (an MPIJob of that name deleted and made again)
+    stale = copy.deepcopy(exact)
+    stale["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
+    assert "that MPIJob has uid " + stored["metadata"]["uid"] in _refused(
+        _as_operator(operator_kubeconfig, namespace, stale))
+
+    # The exact bare worker the takeover makes is admitted, and so is worker 0.
+    for pod in (exact, _bare_worker(stored, 0)):
+        r = _as_operator(operator_kubeconfig, namespace, pod, dry_run=True)
+        assert r.returncode == 0, r.stderr
+
+    # Only the operator's ServiceAccount is held: the namespace's admin may create the privileged one.
+    kubectl(*n, "create", "-f", "-", "--dry-run=server", input=json.dumps(privileged))
+
+
+def test_pods_create_refused_in_a_namespace_without_mpijobs(kubectl, operator_kubeconfig, namespace):
+    """No MPIJob in the namespace, no bare worker to make: whatever the pod says, it is refused."""
+    kubectl("-n", namespace, "create", "serviceaccount", WORKER_SA)
+    kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(_job_with_a_hardened_worker("gone")))
+    pod = _bare_worker(get(kubectl, namespace, "mpijob", "gone"), 0)
+    kubectl("-n", namespace, "delete", "mpijobs.kubeflow.org", "gone")
+
+    def refused() -> str | None:
+        r = _as_operator(operator_kubeconfig, namespace, pod, dry_run=True)
+        return r.stderr if r.returncode != 0 and POLICY in r.stderr else None
+
+    why = wait_until(refused, 30, interval=0.5, what="refused without an MPIJob")
+    assert "no params found" in why, why
