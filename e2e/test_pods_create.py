@@ -148,3 +148,19 @@ def test_pods_create_refused_in_a_namespace_without_mpijobs(kubectl, operator_ku
 
     why = wait_until(refused, 30, interval=0.5, what="refused without an MPIJob")
     assert "no params found" in why, why
+    # Only pods labelled as an MPIJob's worker are looked at: any other pod of a namespace without an
+    # MPIJob, anyone's, the operator's ServiceAccount's aside, is none of this policy's business (the
+    # params are looked up before the policy's matchConditions: an unnarrowed binding refused them all).
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "labels": {"app": "x"}},
+             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+    # nor a worker pod of a Job or a StatefulSet (their controllers label them), such as an MPIJob's
+    # worker Job makes (tests/integration/test_replica_index.py makes them without an MPIJob)
+    of_a_job = copy.deepcopy(pod)
+    of_a_job["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = "0"
+    for p in (plain, of_a_job):
+        r = kubectl("-n", namespace, "create", "-f", "-", "--dry-run=server", input=json.dumps(p), check=False)
+        assert r.returncode == 0, r.stderr
+    # ...which is why the operator's ServiceAccount may not put such a label on the pods it creates
+    r = _as_operator(operator_kubeconfig, namespace, of_a_job, dry_run=True)
+    assert r.returncode != 0 and "may create only bare worker pods" in r.stderr, r.stderr
+    assert "batch.kubernetes.io/job-completion-index, a label the Job and StatefulSet controllers" in r.stderr

@@ -58,6 +58,17 @@ def test_pods_create_the_policy_holds_the_operators_service_account():
     assert spec["failurePolicy"] == "Fail"
     binding = docs["ValidatingAdmissionPolicyBinding"]["spec"]
     assert binding["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Deny"}
+    # params are looked up before matchConditions: Deny without them would refuse every pod of every
+    # namespace without an MPIJob; the binding looks only at pods labelled as an MPIJob's worker
+    # (and not at the pods of Jobs and StatefulSets, whose labels the operator may not put on a pod)
+    selector = binding["matchResources"]["objectSelector"]
+    assert selector["matchLabels"] == {names.OPERATOR_NAME_LABEL: names.OPERATOR_NAME,
+                                       names.JOB_ROLE_LABEL: names.ROLE_WORKER}
+    assert {e["operator"] for e in selector["matchExpressions"]} == {"DoesNotExist"}
+    writes = yaml.safe_load_all((RBAC / "operator_writes_policy.yaml").read_text())
+    pods = next(d for d in writes if d["metadata"]["name"] == "mpi-operator-pod-writes")
+    (listed,) = [v["expression"] for v in pods["spec"]["variables"] if v["name"] == "controllerLabels"]
+    assert sorted(e["key"] for e in selector["matchExpressions"]) == sorted(yaml.safe_load(listed))
     assert binding["validationActions"] == ["Deny"] and binding["policyName"] == \
         docs["ValidatingAdmissionPolicy"]["metadata"]["name"]
     assert POLICY_FILE.name in (RBAC / "kustomization.yaml").read_text()
