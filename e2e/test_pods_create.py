@@ -108,6 +108,9 @@ def test_pods_create_the_operator_may_create_only_the_bare_worker_its_mpijob_mak
     on_node["spec"]["nodeName"] = "control-plane"
     why = _refused(_as_operator(operator_kubeconfig, namespace, on_node))
     assert "nodeName differ(s) from MPIJob hard's Worker template" in why, why
+    on_node = copy.deepcopy(exact)
+    on_node["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "control-plane"}
+    assert "nodeSelector differ(s)" in _refused(_as_operator(operator_kubeconfig, namespace, on_node))
 
     # the same in the host's namespaces, and a Secret the template does not read
     host_net = copy.deepcopy(exact)

@@ -23,7 +23,8 @@ POLICY_FILE = RBAC / "bare_worker_policy.yaml"
 
 # the fields of the pod spec the policy compares with the Worker template's
 COMPARED = ("serviceAccountName", "automountServiceAccountToken", "hostNetwork", "hostPID", "hostIPC", "hostUsers",
-            "shareProcessNamespace", "nodeName", "runtimeClassName", "securityContext", "initContainers")
+            "shareProcessNamespace", "nodeName", "nodeSelector", "affinity", "runtimeClassName", "resourceClaims",
+            "securityContext", "initContainers")
 CONTAINER_COMPARED = ("image", "securityContext", "envFrom")
 
 
@@ -77,7 +78,9 @@ def test_pods_create_the_policy_holds_the_operators_service_account():
 @pytest.mark.parametrize("template_spec", [
     {},
     {"serviceAccountName": "trainer", "automountServiceAccountToken": False, "hostNetwork": True,
-     "securityContext": {"runAsUser": 1000}, "nodeName": "n1", "runtimeClassName": "gvisor"},
+     "securityContext": {"runAsUser": 1000}, "nodeName": "n1", "runtimeClassName": "gvisor",
+     "nodeSelector": {"pool": "mpi"}, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+         "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}}},
     {"hostIPC": True, "initContainers": [{"name": "init", "image": "busybox"}],
      "volumes": [{"name": "data", "hostPath": {"path": "/data"}}]},
 ], ids=["bare", "hardened", "host"])
