@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -62,6 +63,31 @@ def _bare_worker(stored: dict, index: int) -> dict:
     return takeover.bare_worker(ctx, index)  # type: ignore[arg-type]
 
 
+def _host_path(spec: dict) -> None:
+    spec["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    spec["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})
+
+
+# (what the pod asks for beyond MPIJob hard's bare worker, the change, what the refusal says)
+REFUSED: list[tuple[str, Callable[[dict], object], str]] = [
+    # a ServiceAccount that exists: the ServiceAccount admission plugin refuses a missing one first
+    ("another ServiceAccount", lambda s: s.update(serviceAccountName="powerful"),
+     "runs as ServiceAccount powerful, MPIJob hard's Worker template as mpi-worker"),
+    ("a hostPath of its own", _host_path, "volume(s) root are not in MPIJob hard's Worker template"),
+    ("a node of its choice", lambda s: s.update(nodeName="control-plane"),
+     "nodeName differ(s) from MPIJob hard's Worker template"),
+    ("a node by label", lambda s: s.update(nodeSelector={"kubernetes.io/hostname": "control-plane"}),
+     "nodeSelector differ(s) from MPIJob hard's Worker template"),
+    ("the host's PID namespace", lambda s: s.update(hostPID=True), "hostPID differ(s)"),
+    ("a Secret the template does not read", lambda s: s["volumes"][1]["secret"].update(secretName="someone-elses"),
+     "volume(s) creds are not in MPIJob hard's Worker template"),
+    ("an image of its own", lambda s: s["containers"][0].update(image="evil.example/miner:1"),
+     "'s container(s) "),
+    ("the pod's security context", lambda s: s.update(securityContext={"runAsUser": 0}),
+     "securityContext differs from MPIJob hard's Worker template"),
+]
+
+
 def _refused(r: subprocess.CompletedProcess) -> str:
     assert r.returncode != 0, f"admitted: {r.stdout}"
     assert POLICY in r.stderr and "Forbidden" in r.stderr, r.stderr
@@ -91,38 +117,12 @@ def test_pods_create_the_operator_may_create_only_the_bare_worker_its_mpijob_mak
     assert "hard-worker-1's container(s) " in why and "differ from MPIJob hard's Worker template" in why, why
     assert "privileged" in why, why
 
-    # (b) another ServiceAccount (one that exists: the ServiceAccount admission plugin would refuse
-    # a missing one before the policy is asked)
-    other_sa = copy.deepcopy(exact)
-    other_sa["spec"]["serviceAccountName"] = "powerful"
-    why = _refused(_as_operator(operator_kubeconfig, namespace, other_sa))
-    assert "runs as ServiceAccount powerful, MPIJob hard's Worker template as mpi-worker" in why, why
-
-    # (c) a hostPath volume of its own, and a node of its choice
-    host_path = copy.deepcopy(exact)
-    host_path["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
-    host_path["spec"]["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})
-    why = _refused(_as_operator(operator_kubeconfig, namespace, host_path))
-    assert "volume(s) root are not in MPIJob hard's Worker template" in why, why
-    on_node = copy.deepcopy(exact)
-    on_node["spec"]["nodeName"] = "control-plane"
-    why = _refused(_as_operator(operator_kubeconfig, namespace, on_node))
-    assert "nodeName differ(s) from MPIJob hard's Worker template" in why, why
-    on_node = copy.deepcopy(exact)
-    on_node["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "control-plane"}
-    assert "nodeSelector differ(s)" in _refused(_as_operator(operator_kubeconfig, namespace, on_node))
-
-    # the same in the host's namespaces, and a Secret the template does not read
-    host_net = copy.deepcopy(exact)
-    host_net["spec"]["hostPID"] = True
-    assert "hostPID differ(s)" in _refused(_as_operator(operator_kubeconfig, namespace, host_net))
-    other_secret = copy.deepcopy(exact)
-    other_secret["spec"]["volumes"][1]["secret"]["secretName"] = "someone-elses"
-    assert "volume(s) creds are not in" in _refused(_as_operator(operator_kubeconfig, namespace, other_secret))
-    # an image of its own
-    image = copy.deepcopy(exact)
-    image["spec"]["containers"][0]["image"] = "evil.example/miner:1"
-    assert "container(s) " in _refused(_as_operator(operator_kubeconfig, namespace, image))
+    # (b) another ServiceAccount, (c) a hostPath or a node of its choice, and the rest the policy holds
+    for what, change, says in REFUSED:
+        pod = copy.deepcopy(exact)
+        change(pod["spec"])
+        why = _refused(_as_operator(operator_kubeconfig, namespace, pod))
+        assert says in why, (what, why)
     # the MPIJob's name with another uid (an MPIJob of that name deleted and made again)
     stale = copy.deepcopy(exact)
     stale["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
