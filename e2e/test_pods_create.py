@@ -6,8 +6,7 @@ labelled and owned like that MPIJob's bare worker is refused, with a message tha
 privileged, runs as another ServiceAccount, mounts a hostPath or picks its node; the exact bare worker
 reconcilers/takeover.py renders is admitted. (e2e/test_takeover.py makes one for real, on the real node.)
 
-No pod is run: the admitted ones are created with a server-side dry run, which admission policies judge
-as any create, and the refused ones never exist."""
+No pod is run: every create is a server-side dry run, which admission policies judge as any create."""
 
 from __future__ import annotations
 
@@ -32,10 +31,11 @@ POLICY = "mpi-operator-bare-workers"
 WORKER_SA = "mpi-worker"
 
 
-def _as_operator(operator_kubeconfig: str, namespace: str, pod: dict, dry_run: bool = False
-                 ) -> subprocess.CompletedProcess:
+def _as_operator(operator_kubeconfig: str, namespace: str, pod: dict) -> subprocess.CompletedProcess:
+    """A server-side dry run of creating `pod`, as the operator's ServiceAccount: admission policies
+    judge it as any create, and nothing runs, should a policy be missing (on main, say)."""
     args = [str(CLUSTER_DIR / "bin" / "kubectl"), f"--kubeconfig={operator_kubeconfig}", "-n", namespace,
-            "create", "-f", "-", *(["--dry-run=server"] if dry_run else [])]
+            "create", "-f", "-", "--dry-run=server"]
     return subprocess.run(args, input=json.dumps(pod), capture_output=True, text=True, timeout=60)
 
 
@@ -110,7 +110,7 @@ def test_pods_create_the_operator_may_create_only_the_bare_worker_its_mpijob_mak
     # (a) a privileged container: refused once the policy is in force (it takes a moment to load, and
     # its params, the namespace's MPIJobs, to be seen); on main's manifests it is admitted
     def refused_privileged() -> str | None:
-        r = _as_operator(operator_kubeconfig, namespace, privileged, dry_run=True)
+        r = _as_operator(operator_kubeconfig, namespace, privileged)
         return r.stderr if r.returncode != 0 and POLICY in r.stderr else None
 
     why = wait_until(refused_privileged, 30, interval=0.5, what="the bare-worker policy in force")
@@ -131,7 +131,7 @@ def test_pods_create_the_operator_may_create_only_the_bare_worker_its_mpijob_mak
 
     # The exact bare worker the takeover makes is admitted, and so is worker 0.
     for pod in (exact, _bare_worker(stored, 0)):
-        r = _as_operator(operator_kubeconfig, namespace, pod, dry_run=True)
+        r = _as_operator(operator_kubeconfig, namespace, pod)
         assert r.returncode == 0, r.stderr
 
     # Only the operator's ServiceAccount is held: the namespace's admin may create the privileged one.
@@ -146,7 +146,7 @@ def test_pods_create_refused_in_a_namespace_without_mpijobs(kubectl, operator_ku
     kubectl("-n", namespace, "delete", "mpijobs.kubeflow.org", "gone")
 
     def refused() -> str | None:
-        r = _as_operator(operator_kubeconfig, namespace, pod, dry_run=True)
+        r = _as_operator(operator_kubeconfig, namespace, pod)
         return r.stderr if r.returncode != 0 and POLICY in r.stderr else None
 
     why = wait_until(refused, 30, interval=0.5, what="refused without an MPIJob")
@@ -164,6 +164,6 @@ def test_pods_create_refused_in_a_namespace_without_mpijobs(kubectl, operator_ku
         r = kubectl("-n", namespace, "create", "-f", "-", "--dry-run=server", input=json.dumps(p), check=False)
         assert r.returncode == 0, r.stderr
     # ...which is why the operator's ServiceAccount may not put such a label on the pods it creates
-    r = _as_operator(operator_kubeconfig, namespace, of_a_job, dry_run=True)
+    r = _as_operator(operator_kubeconfig, namespace, of_a_job)
     assert r.returncode != 0 and "may create only bare worker pods" in r.stderr, r.stderr
     assert "batch.kubernetes.io/job-completion-index, a label the Job and StatefulSet controllers" in r.stderr
