@@ -96,15 +96,14 @@ def init_container(launcher: Obj, wait_s: int, config_volume: str, hostfile_dir:
 def add_to(spec: Obj, wait_s: int, config_volume: str, hostfile_dir: str) -> None:
     """Appends the init container to a launcher pod spec (last: the user's own init containers run
     first, native sidecars included, whose requests it then adds to no more than the launcher's do).
-    `wait_s` 0 turns it off; a user's init container of the same name is left as the user wrote it."""
+    `wait_s` 0 turns it off; a user's container or init container of the same name is left as written."""
     if wait_s <= 0:
         return
-    inits = spec.get("initContainers")
-    if inits is None:
-        inits = spec["initContainers"] = []
-    if any(isinstance(c, dict) and c.get("name") == INIT_CONTAINER for c in inits):
-        return
-    inits.append(init_container(spec["containers"][0], wait_s, config_volume, hostfile_dir))
+    if any(isinstance(c, dict) and c.get("name") == INIT_CONTAINER
+           for c in [*(spec.get("initContainers") or []), *spec["containers"]]):
+        return  # the user's own (containers and init containers share names)
+    spec["initContainers"] = [*(spec.get("initContainers") or []),
+                              init_container(spec["containers"][0], wait_s, config_volume, hostfile_dir)]
 
 
 def init_failure(pod: Obj) -> str:

@@ -21,25 +21,15 @@ from reconcilers import namewait
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
 from reconcilers.types import Config
-from tests.unit.sim import (
-    BACKENDS,
-    container,
-    converge,
-    mpijob,
-    pod,
-    run,
-    running_state,
-    with_status,
-    workers_ready,
-)
+from tests.unit import sim
 from tests.unit.test_retries import cond, job_with, with_pods, workers
 
 IMPLS = ("OpenMPI", "Intel", "MPICH")
-CASES = [(impl, backend, law) for impl in IMPLS for backend in BACKENDS for law in (False, True)]
+CASES = [(impl, backend, law) for impl in IMPLS for backend in sim.BACKENDS for law in (False, True)]
 
 
 def _job(impl: str = "OpenMPI", law: bool = False, workers: int = 3, **launcher_fields) -> dict:
-    job = mpijob(workers=workers, spec={"mpiImplementation": impl, "slotsPerWorker": 2, "runLauncherAsWorker": law})
+    job = sim.mpijob(workers=workers, spec={"mpiImplementation": impl, "slotsPerWorker": 2, "runLauncherAsWorker": law})
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0].update(launcher_fields)
     return with_defaults(job)
 
@@ -137,7 +127,7 @@ def test_names_resolve_first_an_image_without_getent_looks_up_through_python_or_
     assert time.monotonic() - t0 >= namewait.BLIND_WAIT_S - 0.5
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", sim.BACKENDS)
 def test_names_resolve_first_init_container_shape(backend):
     """The launcher container's image (no extra pull), pull policy, securityContext and resources (so
     admission and quotas treat it as the launcher); the hostfile mounted read-only; last of the init
@@ -147,7 +137,7 @@ def test_names_resolve_first_init_container_shape(backend):
           "seccompProfile": {"type": "RuntimeDefault"}}
     res = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
     job = _job(imagePullPolicy="IfNotPresent", securityContext=sc, resources=res)
-    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["initContainers"] = [container("setup")]
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["initContainers"] = [sim.container("setup")]
     cfg = Config(worker_backend=backend)
     template = dz.launcher_template(job, cfg)
     spec = template["spec"]
@@ -162,7 +152,7 @@ def test_names_resolve_first_init_container_shape(backend):
     off = dz.launcher_template(job, Config(launcher_names_wait_s=0))["spec"]["initContainers"]
     assert [c["name"] for c in off] == ["setup"]
     # a user's own init container of that name is left as written (and not doubled)
-    mine = container(namewait.INIT_CONTAINER, command=["true"])
+    mine = sim.container(namewait.INIT_CONTAINER, command=["true"])
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["initContainers"] = [mine]
     assert dz.launcher_template(job, cfg)["spec"]["initContainers"] == [mine]
 
@@ -193,50 +183,50 @@ def test_names_resolve_first_never_raises_the_pods_request(inits, extra):
     it asks for the launcher container's request and runs last, so the pod asks for no more."""
     job = _job(resources={"requests": {"cpu": "300m"}})
     spec = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
-    spec["initContainers"] = [container(f"i{k}", resources={"requests": {"cpu": i["cpu"]}},
+    spec["initContainers"] = [sim.container(f"i{k}", resources={"requests": {"cpu": i["cpu"]}},
                                         **({"restartPolicy": "Always"} if i.get("sidecar") else {}))
                               for k, i in enumerate(inits)]
-    spec["containers"] += [container(f"extra{k}", resources={"requests": {"cpu": "100m"}}) for k in range(extra)]
+    spec["containers"] += [sim.container(f"extra{k}", resources={"requests": {"cpu": "100m"}}) for k in range(extra)]
     with_wait = dz.launcher_template(job, Config())["spec"]
     without = dz.launcher_template(job, Config(launcher_names_wait_s=0))["spec"]
     assert len(with_wait["initContainers"]) == len(inits) + 1
     assert _effective_cpu(with_wait) == _effective_cpu(without)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", sim.BACKENDS)
 def test_names_resolve_first_a_running_launcher_made_without_it_is_left_running(backend):
     """The upgrade: a launcher Job rendered before the init container existed, running, is neither
     recreated nor patched by the operator that now renders it (a Job's template is never patched, a
     running one never recreated: reconcilers/diff.py)."""
-    job = mpijob()
-    job, obs, _ = converge(job, backend=backend, launcher_names_wait_s=0)
+    job = sim.mpijob()
+    job, obs, _ = sim.converge(job, backend=backend, launcher_names_wait_s=0)
     assert "initContainers" not in obs.launcher["spec"]["template"]["spec"]
-    obs = workers_ready(obs, 2)
-    obs = replace(obs, launcher=with_status(obs.launcher, active=1, ready=1),
-                  pods=[pod(job, "launcher")] + [pod(job, "worker", i, backend=backend) for i in range(2)])
-    job, obs, _ = converge(job, obs, backend, launcher_names_wait_s=0)
-    p = run(job, obs, backend)
+    obs = sim.workers_ready(obs, 2)
+    obs = replace(obs, launcher=sim.with_status(obs.launcher, active=1, ready=1),
+                  pods=[sim.pod(job, "launcher")] + [sim.pod(job, "worker", i, backend=backend) for i in range(2)])
+    job, obs, _ = sim.converge(job, obs, backend, launcher_names_wait_s=0)
+    p = sim.run(job, obs, backend)
     touched = [w for w in (*p.creates, *p.deletes, *p.patches) if "launcher" in str(w)]
     assert touched == [], touched
     assert p.writes == 0, p
     # a fresh MPIJob gets it
-    _, fresh, _ = converge(mpijob(name="new", uid="uid-new"), backend=backend)
+    _, fresh, _ = sim.converge(sim.mpijob(name="new", uid="uid-new"), backend=backend)
     assert _init(fresh.launcher["spec"]["template"])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", sim.BACKENDS)
 def test_names_resolve_first_a_failed_wait_is_named_in_the_mpijobs_failure(backend):
     """A launcher pod that failed in its name wait (its container never started): the MPIJob's failure
     names the hosts that did not resolve, as the init container's termination message says."""
-    job, obs = running_state(job_with(backoff=0), backend)
+    job, obs = sim.running_state(job_with(backoff=0), backend)
     said = ("mpijob-wait-for-workers: after 300s these hosts of /etc/mpi/hostfile still do not resolve "
             "(getent hosts): pi-worker-1.pi.ns.svc; their pods have no address yet")
-    failed = pod(job, "launcher", phase="Failed", initContainerStatuses=[
+    failed = sim.pod(job, "launcher", phase="Failed", initContainerStatuses=[
         {"name": namewait.INIT_CONTAINER, "restartCount": 0,
          "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": said + "\n"}}}],
         containerStatuses=[{"name": "launcher", "restartCount": 0,
                             "state": {"waiting": {"reason": "PodInitializing"}}}])
-    p = run(job, with_pods(obs, [failed, *workers(job, backend)], active=0, ready=0, failed=1), backend)
+    p = sim.run(job, with_pods(obs, [failed, *workers(job, backend)], active=0, ready=0, failed=1), backend)
     message = cond(p.status, st.FAILED)["message"]
     assert "do not resolve (getent hosts): pi-worker-1.pi.ns.svc" in message, message
 
@@ -247,3 +237,20 @@ def test_names_resolve_first_the_wait_is_a_flag(argv, want):
     assert parse(argv).launcher_names_wait == want
     with pytest.raises(SystemExit):
         parse(["--launcher-names-wait=-1"])
+
+
+def test_names_resolve_first_not_for_an_elastic_launcher_nor_over_a_users_container():
+    """An elastic launcher (horovodrun --host-discovery-script) starts with the workers there are and
+    discovers the rest (docs/architecture.md 9.2): no wait for every host. A user's container named
+    like the init container keeps its name alone (containers and init containers share names)."""
+    job = _job()
+    c = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    plain = dz.launcher_template(job, Config())["spec"]
+    assert [i["name"] for i in plain["initContainers"]] == [namewait.INIT_CONTAINER]
+    c["command"] = ["horovodrun", "-np", "2", "--min-np", "1", "--host-discovery-script", "/etc/mpi/discover_hosts.sh",
+                    "python", "train.py"]
+    assert "initContainers" not in dz.launcher_template(job, Config())["spec"]
+    job = _job()
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"].append(
+        sim.container(namewait.INIT_CONTAINER))
+    assert "initContainers" not in dz.launcher_template(job, Config())["spec"]
