@@ -29,12 +29,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi
 RUNS = int(os.environ.get("NAMES_RUNS", "3"))
 
 
-def _run(kubectl, ns: str, name: str, flavour: str, image: str) -> tuple[str, str]:
-    """One MPIJob whose launcher's command is mpirun itself: (outcome, what to print)."""
-    job = mpijob(name, flavour, image, args=[])
+def _run(kubectl, ns: str, name: str, flavour: str, image: str, law: bool) -> tuple[str, str]:
+    """One MPIJob whose launcher's command is mpirun itself (2 slots on each host: 2 workers, and the
+    launcher with runLauncherAsWorker, whose own name is waited for too): (outcome, what to print)."""
+    hosts = 3 if law else 2
+    job = mpijob(name, flavour, image, args=[], launcher_as_worker=law)
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     launcher.pop("args")
-    launcher["command"] = ["mpirun", "-n", "4", "/opt/pi"]
+    launcher["command"] = ["mpirun", "-n", str(2 * hosts), "/opt/pi"]
     t0 = time.monotonic()
     apply(kubectl, ns, job)
     result = wait_finished(kubectl, ns, name, 300)
@@ -50,18 +52,20 @@ def _run(kubectl, ns: str, name: str, flavour: str, image: str) -> tuple[str, st
         tail = [ln for ln in logs.splitlines() if "resolve" in ln or "daemon" in ln][:2]
         return result, f"{result} after {wall:.1f}s: {why[:200]} | {' / '.join(tail)}"
     assert len(launchers) == 1, "the launcher was retried"
-    assert "pi is approximately 3.14159" in logs and "4 ranks on 2 hosts" in logs, logs
+    assert "pi is approximately 3.14159" in logs and f"{2 * hosts} ranks on {hosts} hosts" in logs, logs
     return result, f"Succeeded in {wall:.1f}s; {waited}"
 
 
-@pytest.mark.parametrize("flavour", ["openmpi4", "openmpi5"])
+@pytest.mark.parametrize(("flavour", "law"), [("openmpi4", False), ("openmpi5", False), ("openmpi5", True)],
+                         ids=["openmpi4", "openmpi5", "openmpi5-launcher-as-worker"])
 def test_names_resolve_first_mpirun_as_command_succeeds_every_run(kubectl, realnode, mpi_image, operator,
-                                                                  namespace, backend, flavour):
+                                                                  namespace, backend, flavour, law):
     image = mpi_image(flavour)
     outcomes = []
     for i in range(RUNS):
-        result, said = _run(kubectl, namespace, f"nrf-{flavour[-1]}-{i}", flavour, image)
-        print(f"\n[names] {flavour} {backend:<11} run {i + 1}/{RUNS}: {said}")
+        result, said = _run(kubectl, namespace, f"nrf-{flavour[-1]}{'w' if law else ''}-{i}", flavour, image, law)
+        mode = "launcher-as-worker" if law else "workers"
+        print(f"\n[names] {flavour} {backend:<11} {mode:<18} run {i + 1}/{RUNS}: {said}")
         outcomes.append(result)
     failed = sum(r != "Succeeded" for r in outcomes)
     assert failed == 0, f"{failed} of {RUNS} runs with `command: [mpirun, ...]` did not succeed"
