@@ -69,3 +69,26 @@ def test_names_resolve_first_mpirun_as_command_succeeds_every_run(kubectl, realn
         outcomes.append(result)
     failed = sum(r != "Succeeded" for r in outcomes)
     assert failed == 0, f"{failed} of {RUNS} runs with `command: [mpirun, ...]` did not succeed"
+
+
+def test_names_resolve_first_names_that_never_resolve_are_named(kubectl, realnode, mpi_image, start_operator,
+                                                               namespace, backend):
+    """Workers that cannot be scheduled have no address, so no name: after --launcher-names-wait the
+    launcher's init container exits 1 naming both hosts (its container never started), and the
+    MPIJob's Failed message (backoffLimit 0) quotes it, as a real kubelet reports the termination."""
+    start_operator(backend, namespace, "--launcher-names-wait=6")
+    name = "nrf-stuck"
+    job = mpijob(name, "openmpi5", mpi_image("openmpi5"), args=[])
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher.pop("args")
+    launcher["command"] = ["mpirun", "-n", "4", "/opt/pi"]
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"names-resolve-first": "nowhere"}
+    apply(kubectl, namespace, job)
+    assert wait_finished(kubectl, namespace, name, 120) == "Failed"
+    message = condition(kubectl, namespace, name, "Failed").get("message", "")
+    hosts = [f"{name}-worker-{i}.{name}.{namespace}.svc" for i in range(2)]
+    assert f"do not resolve (getent hosts): {hosts[0]} {hosts[1]};" in message, message
+    (pod,) = pods(kubectl, namespace, name, "launcher")
+    (main,) = pod["status"]["containerStatuses"]
+    assert "running" not in main["state"] and "terminated" not in main["state"], main  # mpirun never started
+    print(f"\n[names] {backend:<11} unresolvable workers: {message}")
