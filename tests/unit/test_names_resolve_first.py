@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st_
 
 from controller.config import parse
 from reconcilers import desired as dz
@@ -254,3 +256,22 @@ def test_names_resolve_first_not_for_an_elastic_launcher_nor_over_a_users_contai
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"].append(
         sim.container(namewait.INIT_CONTAINER))
     assert "initContainers" not in dz.launcher_template(job, Config())["spec"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st_.from_regex(r"\A[a-z][a-z0-9-]{0,20}[a-z0-9]\Z"), ns=st_.from_regex(r"\A[a-z][a-z0-9-]{0,10}[a-z0-9]\Z"),
+       workers=st_.integers(0, 12), slots=st_.integers(1, 64), impl=st_.sampled_from(IMPLS),
+       law=st_.booleans(), domain=st_.sampled_from(["", "cluster.local", "corp.example"]),
+       backend=st_.sampled_from(sim.BACKENDS))
+def test_names_resolve_first_every_hostfile_host_is_asked_for(tmp_path_factory, name, ns, workers, slots, impl, law,
+                                                               domain, backend):
+    """Whatever the CRD admits for names, counts and formats: the wait asks for exactly the hostfile's
+    hosts, in order, and ends once they resolve."""
+    job = with_defaults(sim.mpijob(name=name, ns=ns, workers=workers, spec={
+        "mpiImplementation": impl, "slotsPerWorker": slots, "runLauncherAsWorker": law}))
+    cfg = Config(worker_backend=backend, cluster_domain=domain)
+    hostfile = dz.hostfile(job, cfg)
+    hosts = _hosts(hostfile)
+    r, asked = _run_wait(tmp_path_factory.mktemp("w"), _init(dz.launcher_template(job, cfg)), hostfile, set(hosts))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert asked == hosts
