@@ -39,6 +39,7 @@ class Options:
     gang_scheduling: str = ""
     network_isolation: bool = True
     launcher_restart: str = "auto"
+    launcher_names_wait: int = 300
     master: str = ""
     ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
@@ -47,6 +48,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -119,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
                    "(Kubernetes >= 1.34): 'auto' (default) and 'in-place' restart its container in place with "
                    "both backends; 'new-pod' always makes a new pod (with the Job backend, after a lost worker, "
                    "in a launcher Job made afresh with the new workers)")
+    p.add_argument("--launcher-names-wait", type=_non_negative_int, default=300,
+                   help="seconds the launcher's init container mpijob-wait-for-workers waits for every host of "
+                   "the hostfile to resolve before mpirun starts; past it the attempt fails naming the hosts "
+                   "(default: 300; 0: no init container, for launcher images without /bin/sh)")
     return p
 
 

@@ -98,6 +98,7 @@ class MPIJobController(InformerWiring):
             # where a failed launcher restarts in place (reconcilers/failure/restartpolicy.py)
             container_restart_rules=container_restart_rules,
             launcher_restart=opts.launcher_restart,
+            launcher_names_wait_s=opts.launcher_names_wait,
             # the operator's RBAC as found at start-up (controller/access.py; reconcilers/access.py)
             permissions_missing=permissions_missing,
             features_off=features_off,

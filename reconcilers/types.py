@@ -51,6 +51,9 @@ class Config:
     # --launcher-restart: "auto" and "in-place" (in place with both backends), "new-pod" (never in
     # place).
     launcher_restart: str = "auto"
+    # --launcher-names-wait: seconds the launcher's init container waits for its hostfile's names to
+    # resolve before it fails (reconcilers/namewait.py); 0: no init container.
+    launcher_names_wait_s: int = 300
 
 
 @dataclass(frozen=True)
