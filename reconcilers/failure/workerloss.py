@@ -63,8 +63,9 @@ R_WORKER_LOST = "WorkerLostDuringAttempt"
 # (its network cut, then evicted) leaves it waiting.
 R_LAUNCHER_WAITS = "LauncherWaitsForLostWorker"
 WAITS_AFTER_S = 60
-# The record names its attempt in the message's first words (a condition has no other free field).
-_ATTEMPT = re.compile(r"^launcher pod (\S+): ")
+# The record names its attempt in the message's first words (a condition has no other free field):
+# the launcher pod, and the run of its container when that was restarted in place ("(run 2)").
+_ATTEMPT = re.compile(r"^launcher pod (\S+?)(?: \(run (\d+)\))?: ")
 
 
 def applies(ctx: JobContext) -> bool:
@@ -135,13 +136,39 @@ def attempt(ctx: JobContext) -> Obj | None:
     return max(runs, key=lambda p: _meta(p).get("creationTimestamp") or "") if runs else None
 
 
+def run_of(ctx: JobContext, pod: Obj) -> int:
+    """Which run of the launcher container `pod` is on, from 1: its restarts in place plus one."""
+    n = _launcher_status(ctx, pod).get("restartCount")
+    return n + 1 if isinstance(n, int) and n > 0 else 1
+
+
+def run_started(ctx: JobContext, pod: Obj) -> datetime | None:
+    """When `pod`'s current run of the launcher container began, or None while it waits to run again.
+    The first run: the pod's creation (the API server's clock, as the losses' deletes). A run restarted
+    in place: the container's own `startedAt` (the kubelet's clock: no other time says when an in-place
+    run began; a loss that ended the run before is otherwise recorded again for this one)."""
+    if run_of(ctx, pod) == 1:
+        return status.parse_time(_meta(pod).get("creationTimestamp"))
+    state = _launcher_status(ctx, pod).get("state") or {}
+    return status.parse_time((state.get("running") or state.get("terminated") or {}).get("startedAt"))
+
+
+def _launcher_status(ctx: JobContext, pod: Obj) -> Obj:
+    statuses = [cs for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
+    want = _container(ctx)
+    return next((cs for cs in statuses if cs.get("name") == want), statuses[0] if statuses else {})
+
+
 def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
-    """The hostnames of the workers lost during `launcher_pod`'s run (rules 1 and 2 above)."""
+    """The hostnames of the workers lost during `launcher_pod`'s current run (rules 1 and 2 above)."""
     return sorted({desired.pod_hostname(p) for p in _lost_during(ctx, launcher_pod)})
 
 
 def _lost_during(ctx: JobContext, launcher_pod: Obj) -> list[Obj]:
-    created = status.parse_time(_meta(launcher_pod).get("creationTimestamp"))
+    first = run_of(ctx, launcher_pod) == 1
+    created = run_started(ctx, launcher_pod)
+    if created is None and not first:
+        return []  # the container waits to run again: no run of it is under way to lose a worker
     out = []
     for pod in _lost_pods(ctx):
         asked = delete_asked_at(pod)
@@ -179,9 +206,19 @@ def _replaced_by(ctx: JobContext, ended: Obj, created: datetime) -> bool:
 
 def recorded_attempt(st: Obj) -> str | None:
     """The launcher pod named by the WorkerLost record, if there is one."""
-    c = status.get_condition(st, WORKER_LOST)
-    m = _ATTEMPT.match(str(c.get("message") or "")) if c and c.get("status") == "True" else None
+    m = _recorded(st)
     return m.group(1) if m else None
+
+
+def recorded_run(st: Obj) -> int:
+    """The run of the launcher container the record is for (1 when it names none)."""
+    m = _recorded(st)
+    return int(m.group(2)) if m and m.group(2) else 1
+
+
+def _recorded(st: Obj) -> re.Match[str] | None:
+    c = status.get_condition(st, WORKER_LOST)
+    return _ATTEMPT.match(str(c.get("message") or "")) if c and c.get("status") == "True" else None
 
 
 def _pod_named(ctx: JobContext, name: str) -> Obj | None:
@@ -189,12 +226,14 @@ def _pod_named(ctx: JobContext, name: str) -> Obj | None:
 
 
 def record(ctx: JobContext, draft: Draft) -> None:
-    """Drops a record whose attempt is over, then records the first loss of the current attempt."""
+    """Drops a record whose attempt is over (its pod gone or Failed, or its container restarted in place
+    since), then records the first loss of the current attempt."""
     if not applies(ctx):
         return
     name = recorded_attempt(draft.status)
     pod = _pod_named(ctx, name) if name else None
-    if status.get_condition(draft.status, WORKER_LOST) is not None and (pod is None or _phase(pod) == "Failed"):
+    over = pod is None or _phase(pod) == "Failed" or run_of(ctx, pod) != recorded_run(draft.status)
+    if status.get_condition(draft.status, WORKER_LOST) is not None and over:
         status.remove_condition(draft.status, WORKER_LOST)
         name = None
     if name is not None:
@@ -203,7 +242,8 @@ def record(ctx: JobContext, draft: Draft) -> None:
     current = attempt(ctx)
     lost = lost_workers(ctx, current) if current is not None else []
     if current is not None and lost:
-        _write_record(ctx, draft, _meta(current).get("name", "?"), lost)
+        run = run_of(ctx, current)
+        _write_record(ctx, draft, _meta(current).get("name", "?") + (f" (run {run})" if run > 1 else ""), lost)
 
 
 def _still_waiting(ctx: JobContext, draft: Draft, pod: Obj | None) -> None:
@@ -291,7 +331,7 @@ def judge(ctx: JobContext, draft: Draft) -> Judgement:
         return _unread_success("its pod is gone")
     lost_pods = _lost_during(ctx, pod)
     lost = sorted({desired.pod_hostname(p) for p in lost_pods})
-    recorded = name == _meta(pod).get("name")
+    recorded = name == _meta(pod).get("name") and recorded_run(draft.status) == run_of(ctx, pod)
     seen = bool(lost) or recorded
     uid = _meta(pod).get("uid") or ""
     report: LauncherReport | None = ctx.inputs.reports.get(uid)
