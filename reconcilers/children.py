@@ -17,7 +17,7 @@ from reconcilers import desired, diff, discovery, names, netpol, ownership, stat
 from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
-from reconcilers.failure import ledger
+from reconcilers.failure import ledger, restartpolicy
 from reconcilers.types import Create, Obj, SSHKey
 
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
@@ -282,12 +282,26 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
 # -- launcher ---------------------------------------------------------------------------------------
 
 
+def launcher_waits(ctx: JobContext) -> bool:
+    """The launcher may not run now: its workers are made afresh (`workers_renewed`), or, under
+    WaitForWorkersReady, a worker is not Ready or is on its way out (a deleted pod can show Ready until
+    its kubelet reports its end). A launcher pod that fails meanwhile makes its Job afresh, held until
+    then (retries.remade), rather than left to its Job's retry (docs/architecture.md section 11)."""
+    return workers_renewed(ctx) or (restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx))
+
+
+def _all_ready(ctx: JobContext) -> bool:
+    count = desired.worker_replicas(ctx.job)
+    return workers_ready(ctx) and not any(ownership.deleting(p) and (desired.worker_index(ctx.job, p) or 0) < count
+                                          for p in ctx.pods.workers)
+
+
 def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
     want = desired.launcher(ctx.job, ctx.config, running=running)
     have = ctx.launcher
-    # WaitForWorkersReady holds the launcher back until every worker is Ready: on the first start
-    # and on every resume (a suspended launcher Job stays suspended until then).
-    hold = running and ctx.spec["launcherCreationPolicy"] == "WaitForWorkersReady" and not workers_ready(ctx)
+    # WaitForWorkersReady holds the launcher back until every worker is Ready: on the first start,
+    # on every resume (a suspended launcher Job stays suspended until then) and on every retry.
+    hold = running and restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx)
     if have is None:
         # Nor while the workers it would run with are on their way out (a launcher Job made afresh
         # after a lost worker, retries.relaunch): it starts with the new ones, created in the same

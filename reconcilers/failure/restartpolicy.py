@@ -17,6 +17,12 @@ restarted at once finds no old worker's name and its entrypoint waits for the ne
 workers_leaving). Where the cluster admits no container restart rules, the Job backend makes the
 launcher Job afresh with the new workers instead (retries.remade). Figures: docs/architecture.md
 section 11, "When in place".
+
+Never in place under `launcherCreationPolicy: WaitForWorkersReady`: the kubelet restarts a container
+at once, before a lost worker's replacement is Ready, and nothing can hold it; the launcher pod ends
+instead, and the operator makes its Job afresh, held until every worker is Ready, as on the first
+start (retries.remade, children.launcher_waits; docs/architecture.md section 11, "WaitForWorkersReady
+and restarts").
 """
 
 from __future__ import annotations
@@ -67,14 +73,15 @@ def launcher_pod(job: Obj, config: Config) -> tuple[str, Obj, Obj | None]:
     Job on 1-127 of the launcher container. With backoffLimit 0 nothing restarts: no retry to make
     fast (and OnFailure is then Never: the same single run, with disruptions ignored)."""
     policy, retries = launcher_policy(job), backoff_limit(job) > 0
-    in_place = config.container_restart_rules and retries and in_place_for(config)
+    waits = waits_for_workers(job)
+    in_place = config.container_restart_rules and retries and in_place_for(config) and not waits
     container: Obj = {}
     if in_place and policy == EXIT_CODE:
         container = {"restartPolicy": "Never", "restartPolicyRules": [
             {"action": "Restart", "exitCodes": {"operator": "In", "values": RETRIED_EXIT_CODES}}]}
     elif in_place:
         container = {"restartPolicy": "OnFailure"}
-    elif policy == "OnFailure" and retries:
+    elif policy == "OnFailure" and retries and not waits:
         return "OnFailure", {}, None  # the kubelet restarts it; the Job API allows no podFailurePolicy then
     rules: list[Obj] = [{"action": "Ignore", "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}]}]
     if policy == EXIT_CODE:
@@ -82,6 +89,12 @@ def launcher_pod(job: Obj, config: Config) -> tuple[str, Obj, Obj | None]:
         rules.append({"action": "FailJob", "onExitCodes": {
             **({"containerName": name} if name else {}), "operator": "In", "values": PERMANENT_EXIT_CODES}})
     return "Never", container, {"rules": rules}
+
+
+def waits_for_workers(job: Obj) -> bool:
+    """`launcherCreationPolicy: WaitForWorkersReady`: the launcher runs only once every worker is Ready,
+    on its first start and on every retry (no restart in place, module docstring)."""
+    return job["spec"].get("launcherCreationPolicy") == "WaitForWorkersReady"
 
 
 def in_place_for(config: Config) -> bool:
