@@ -17,7 +17,7 @@ from reconcilers import desired, diff, discovery, names, netpol, ownership, stat
 from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
-from reconcilers.failure import ledger, restartpolicy
+from reconcilers.failure import ledger, restartpolicy, workerexits
 from reconcilers.types import Create, Obj, SSHKey
 
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
@@ -250,6 +250,8 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
     want = desired.workers(ctx.job, ctx.config, running=running)
     have = ctx.workers
     sts = ctx.config.worker_backend == "statefulset"
+    if not running and ctx.run_policy.get("suspend"):
+        workerexits.drop(draft)  # the resume starts afresh
     stray = ctx.choice.stray
     if stray is not None and not ownership.deleting(stray):
         draft.recreate(stray, f"a second set of workers ({stray.get('kind')}) besides the {want['kind']} "
@@ -264,6 +266,10 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
     if not ctx.owned(have) or ownership.deleting(have):
         return  # a clash (reported), or a recreation under way: created again once gone
     lost = workers_lost(ctx, have) if running and not sts else None
+    wait = workerexits.pace(ctx, draft) if lost else None
+    if wait is not None:
+        draft.requeue(wait)  # a worker that exited by itself: paced as the Job controller paces its pods
+        return
     if lost:
         # Background: the Job goes at once and the new one is created on the next pass, while the
         # old pods stop; the Service keeps every worker's name out of DNS until they have

@@ -10,6 +10,7 @@ import re
 
 from reconcilers import desired
 from reconcilers.context import JobContext
+from reconcilers.failure import workerexits
 from reconcilers.failure.restartpolicy import EXIT_CODE, backoff_limit, launcher_policy
 from reconcilers.failure.retries import (
     Accounts,
@@ -86,7 +87,7 @@ def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:
         return permanent_reason(permanent.exit_code), _permanent_message(ctx, permanent.exit_code, permanent.pod)
     limit = backoff_limit(ctx.job)
     if accounts.total_counted <= limit:
-        return None
+        return workerexits.verdict(ctx)  # a worker that keeps exiting by itself (workerexits.py)
     news = accounts.news
     last = next((f for f in reversed(news) if f.counted), None)
     free = accounts.total - accounts.total_counted

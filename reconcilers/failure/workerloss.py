@@ -275,18 +275,7 @@ def _write_record(ctx: JobContext, draft: Draft, pod_name: str, lost: list[str])
         "Succeeded unless it shows a lost daemon or rank (Open MPI 5's mpirun exits 0 after such a loss); "
         f"annotation {evidence.WORKER_LOSS_ANNOTATION}: ExitCode trusts the exit code alone. A retried "
         "launcher clears this condition"), ctx.now)
-    _before_the_true_ones(draft.status)
-
-
-def _before_the_true_ones(st: Obj) -> None:
-    """The record goes before the True conditions (where the condition-order policy puts a type it
-    does not know, docs/architecture.md section 6.5): the last condition stays the MPIJob's state,
-    with or without the policy."""
-    conds = status.conditions_of(st)
-    rec = [c for c in conds if c.get("type") == WORKER_LOST]
-    rest = [c for c in conds if c.get("type") != WORKER_LOST]
-    at = next((i for i, c in enumerate(rest) if c.get("status") == "True"), len(rest))
-    st["conditions"] = rest[:at] + rec + rest[at:]
+    status.before_the_true_ones(draft.status, WORKER_LOST)
 
 
 def drop(draft: Draft) -> None:

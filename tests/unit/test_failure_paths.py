@@ -53,7 +53,9 @@ def suspended_then_stopped(job, obs, backend, **worker_status):
 def test_a_worker_that_ended_succeeded_makes_the_worker_job_recreated(how):
     job, obs = running_state(mpijob(), "job")
     if how == "pod-succeeded":  # the pod informer saw it before the Job controller counted it
-        obs = replace(obs, pods=[pod(job, "worker", 0, phase="Succeeded"), *obs.pods[2:]])
+        ended = pod(job, "worker", 0, phase="Succeeded")  # deleted: one that exits by itself is paced
+        ended["metadata"]["deletionTimestamp"] = "2025-01-01T12:00:39Z"  # (tests/unit/test_worker_exit_loop.py)
+        obs = replace(obs, pods=[ended, *obs.pods[2:]])
     elif how == "completed-index":
         obs = replace(obs, workers=with_status(obs.workers, succeeded=1, completedIndexes="0", ready=1))
     else:
