@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from reconcilers import desired, diff, names, namewait, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.failure import withheld
 from reconcilers.failure.ledger import LEDGER, Ledger, hand_over, job_limit
 from reconcilers.failure.ledger import read as ledger
 from reconcilers.failure.restartpolicy import (
@@ -373,8 +374,17 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     owned = ctx.owned(ctx.launcher)
     book = ledger(ctx.launcher) if owned else Ledger()
     entries = launcher_disruptions(ctx, bind(ctx, book)) if active and owned else book.entries
+    if active and owned:  # in-place runs that could not find their workers (failure/withheld.py)
+        entries = withheld.excuse(ctx, entries, _in_place_news(ctx, book, entries))
     job_failed = int(((ctx.launcher or {}).get("status") or {}).get("failed") or 0) if owned else 0
     return Accounts(book, entries, failures(ctx, entries), job_failed)
+
+
+def _in_place_news(ctx: JobContext, book: Ledger, entries: dict[str, Obj]) -> list[tuple[str, Obj]]:
+    """(attempt, its container's status) of each failed run restarted in place not announced yet."""
+    pods = {name_of(p): p for p in _launchers(ctx)}
+    return [(f.attempt, _container_status(ctx, pods[f.pod])) for f in failures(ctx, entries)
+            if f.in_place and f.counted and f.pod in pods and not book.announced(f.attempt, f.order)]
 
 
 def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, limit_ours: bool = True) -> None:
