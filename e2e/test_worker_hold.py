@@ -1,0 +1,83 @@
+"""Issue 50 items 5, 6 and 7 on kwok pods with the cluster's real Job controller, StatefulSet
+controller, garbage collector and API server (docs/architecture.md sections 4 and 11):
+`worker_exit_loop` (workers whose command ends by themselves: paced, counted, ended),
+`stuck_terminating` (an earlier worker pod that never ends: named, and no retry spent) and
+`in_place_waits` (WaitForWorkersReady holds every retry of the launcher)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from testsupport.builders import EXIT_CODE, RUN_FOR, simulated_mpijob
+from testsupport.kubectl import apply, conditions, events, get, live, pods, wait_condition, wait_finished
+from testsupport.waiting import wait_until
+
+pytestmark = pytest.mark.cluster
+LEDGER = "mpijob-operator.dev/launcher-retries"
+WRITES = "mpi_operator_api_writes_total"
+
+
+# -- item 5: workers that exit by themselves -------------------------------------------------------------------
+
+
+def exiting_workers(backoff: int) -> dict:
+    """WaitForWorkersReady (the launcher, if it starts in the second its workers are Ready, runs on: nothing
+    else ends the loop); each worker's
+    command ends by itself 1 s after it starts, exit 0 (sshd without -D)."""
+    job = simulated_mpijob("pi", workers=2, launcher_runs="600s", run_policy={"backoffLimit": backoff})
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": {RUN_FOR: "1s",
+                                                                                       EXIT_CODE: "0"}}
+    return job
+
+
+def test_worker_exit_loop_paced_counted_across_a_restart_and_ended(kubectl, start_operator, namespace):
+    """backoffLimit 2, the Job backend (a StatefulSet restarts its pods itself, in place). The first
+    exit is counted in the status; the operator is then stopped and started again, and the count goes
+    on from the status: the third exit ends the MPIJob Failed/WorkerBackoffLimitExceeded, naming the
+    worker, its pod and its exit, with Warning Events. Before: the worker Job deleted and made again
+    every second, forever."""
+    op = start_operator("job", namespace)
+    started = time.monotonic()
+    apply(kubectl, namespace, exiting_workers(backoff=2))
+    first = wait_condition(kubectl, namespace, "pi", "WorkerExited", timeout=60)
+    assert "exit 1 of at most 2 (runPolicy.backoffLimit)" in first["message"], first
+    assert "exit code 0, Completed" in first["message"], first
+    writes = op.metric(WRITES)
+    op.stop()
+    op = start_operator("job", namespace, name="again")
+    assert wait_finished(kubectl, namespace, "pi", 120) == "Failed", conditions(kubectl, namespace, "pi")
+    elapsed = time.monotonic() - started
+    writes += op.metric(WRITES)
+    failed = conditions(kubectl, namespace, "pi")["Failed"]
+    assert failed["reason"] == "WorkerBackoffLimitExceeded", failed
+    msg = failed["message"]
+    assert "(pod pi-worker-" in msg and "exit code 0, Completed" in msg and "3 time(s)" in msg, msg
+    assert "runPolicy.backoffLimit (2)" in msg, msg
+    warned = [e for e in events(kubectl, namespace, "pi") if e["type"] == "Warning"]
+    assert len([e for e in warned if e["reason"] == "WorkerExited"]) == 2, warned
+    assert [e for e in warned if "WorkerBackoffLimitExceeded" in e["message"]], warned
+    # 10 s then 20 s between the worker Jobs: about 35 s from the first exit to the end
+    assert elapsed > 30, elapsed
+    print(f"\nworker_exit_loop: {writes:.0f} writes in {elapsed:.1f} s ({writes / elapsed:.2f}/s), "
+          "the MPIJob's creation included")
+
+
+def test_worker_exit_loop_writes_per_second(kubectl, start_operator, namespace):
+    """The loop's own writes, measured over 40 s from the first exit (backoffLimit 100: it does not
+    end within): before, the worker Job was deleted and made again about every second (4 writes a
+    second, issue 50); now about 2 exits in that window, each a handful of writes."""
+    op = start_operator("job", namespace)
+    apply(kubectl, namespace, exiting_workers(backoff=100))
+    wait_condition(kubectl, namespace, "pi", "WorkerExited", timeout=60)
+    before, t0 = op.metric(WRITES), time.monotonic()
+    time.sleep(40)
+    rate = (op.metric(WRITES) - before) / (time.monotonic() - t0)
+    print(f"\nworker_exit_loop: {rate:.2f} writes/s over 40 s after the first exit")
+    assert rate < 1.0, rate
+    assert conditions(kubectl, namespace, "pi").get("Failed") is None
