@@ -81,3 +81,72 @@ def test_worker_exit_loop_writes_per_second(kubectl, start_operator, namespace):
     print(f"\nworker_exit_loop: {rate:.2f} writes/s over 40 s after the first exit")
     assert rate < 1.0, rate
     assert conditions(kubectl, namespace, "pi").get("Failed") is None
+
+
+# -- item 7: WaitForWorkersReady holds every retry ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def own_node(kubectl) -> Iterator[tuple[str, dict]]:
+    """A kwok node of the test's own, tainted and labelled: only pods with the returned placement
+    land there (so cordoning it holds their replacements Pending, and nobody else's pods). Deleted at
+    the end."""
+    name = f"workers-{uuid.uuid4().hex[:6]}"
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name,
+                         "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok",
+                                    "workers-node": name}},
+            "spec": {"taints": [{"key": "workers-node", "value": name, "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                       "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}
+    kubectl("apply", "-f", "-", input=json.dumps(node))
+    try:
+        wait_until(lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in
+                               ((get(kubectl, "", "node", name) or {}).get("status") or {}).get("conditions") or []),
+                   60, interval=0.5, what=f"kwok node {name} Ready")
+        yield name, {"nodeSelector": {"workers-node": name},
+                     "tolerations": [{"key": "workers-node", "operator": "Equal", "value": name,
+                                      "effect": "NoSchedule"}]}
+    finally:
+        kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def test_in_place_waits_a_retry_waits_for_every_worker_ready(kubectl, operator, namespace, backend):
+    """WaitForWorkersReady, backoffLimit 3, default flags (the cluster admits container restart rules).
+    The launcher Job restarts nothing in place. Worker 0's pod deleted while its replacement cannot be
+    scheduled (its node cordoned), and the launcher failing on the loss (deleted here, exit 1: kwok runs
+    no mpirun): for 25 s no launcher pod runs (before: the launcher Job's own retry after its 10 s
+    backoff, or a restart in place at once, ran without worker 0); once worker 0 is Ready again a
+    launcher runs, the loss counted once."""
+    with own_node(kubectl) as (node, placement):
+        job = simulated_mpijob("pi", workers=2, launcher_runs=None, run_policy={"backoffLimit": 3})
+        job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"].update(placement)
+        apply(kubectl, namespace, job)
+        wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+        container = get(kubectl, namespace, "job", "pi-launcher")["spec"]["template"]["spec"]["containers"][0]
+        assert "restartPolicy" not in container and "restartPolicyRules" not in container, container
+        kubectl("cordon", node)
+        (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+                     if p["spec"]["hostname"] == "pi-worker-0"]
+        (first,) = live(pods(kubectl, namespace, "pi", "launcher"))
+        kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+        kubectl("-n", namespace, "delete", "pod", first["metadata"]["name"], "--wait=false")
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline:
+            running = [p for p in live(pods(kubectl, namespace, "pi", "launcher"))
+                       if p["metadata"]["uid"] != first["metadata"]["uid"]]
+            assert not running, [(p["metadata"]["name"], p["status"].get("phase")) for p in running]
+            time.sleep(0.5)
+        kubectl("uncordon", node)
+
+        def again() -> bool:
+            ready = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]
+            return len(ready) == 2 and any(p["status"].get("phase") == "Running" and p["metadata"]["uid"] != first[
+                "metadata"]["uid"] for p in live(pods(kubectl, namespace, "pi", "launcher")))
+
+        wait_until(again, 90, interval=0.5, what="worker 0 Ready again, then a launcher running")
+        book = json.loads(get(kubectl, namespace, "job", "pi-launcher")["metadata"]["annotations"][LEDGER])
+        assert (book["failed"], book["counted"]) == (1, 1), book
+        assert conditions(kubectl, namespace, "pi").get("Failed") is None
