@@ -150,3 +150,93 @@ def test_in_place_waits_a_retry_waits_for_every_worker_ready(kubectl, operator, 
         book = json.loads(get(kubectl, namespace, "job", "pi-launcher")["metadata"]["annotations"][LEDGER])
         assert (book["failed"], book["counted"]) == (1, 1), book
         assert conditions(kubectl, namespace, "pi").get("Failed") is None
+
+
+# -- item 6: an earlier worker pod that never ends ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def dead_node(kubectl, namespace: str) -> Iterator[str]:
+    """A Node that no kubelet (and no kwok) runs, as one that died: a pod bound there never confirms
+    its delete. Tainted, so that nothing else is scheduled there. Its pods freed, then it, at the end."""
+    name = f"workers-dead-{uuid.uuid4().hex[:6]}"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"workers-node": name}},
+            "spec": {"taints": [{"key": "workers-node", "value": name, "effect": "NoSchedule"}]}}
+    kubectl("apply", "-f", "-", input=json.dumps(node))
+    try:
+        yield name
+    finally:
+        for pod in json.loads(kubectl("-n", namespace, "get", "pods", "-o", "json").stdout)["items"]:
+            if pod["spec"].get("nodeName") == name:
+                kubectl("-n", namespace, "delete", "pod", pod["metadata"]["name"], "--force", "--grace-period=0",
+                        check=False)
+        kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def stuck_worker(like: dict, owner_uid: str, node: str) -> dict:
+    """A pod of the worker Job `owner_uid` with worker 0's name and labels, bound to `node`: what the
+    Job controller made there before the node died."""
+    meta = like["metadata"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "pi-worker-0-stuck", "labels": dict(meta["labels"]),
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi-worker",
+                                              "uid": owner_uid, "controller": True}]},
+            "spec": {"nodeName": node, "hostname": "pi-worker-0", "subdomain": "pi", "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"key": "workers-node", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "worker", "image": like["spec"]["containers"][0]["image"]}]}}
+
+
+def test_stuck_terminating_an_earlier_worker_pod_is_named_and_spends_no_retry(kubectl, start_operator, namespace):
+    """The Job backend (a StatefulSet's replacement takes the old pod's own name and waits for it; an
+    earlier worker Job's pods are this backend's), AtStartup, backoffLimit 1. One pod of the worker Job
+    sits on a node that died. Worker 0's pod is deleted and the launcher fails on the loss (deleted
+    here, exit 1): the worker Job is made afresh, and the pod on the dead node never ends, so the
+    workers' names stay withheld. The MPIJob names that pod, its earlier worker Job and its node (not
+    "a deleted MPIJob of the same name"), no launcher runs and no retry is spent meanwhile (the loss
+    counted once, 1 of 1, never Failed); once the pod is removed the run goes on."""
+    start_operator("job", namespace)
+    with dead_node(kubectl, namespace) as node:
+        job = simulated_mpijob("pi", workers=2, launcher_runs=None, policy="AtStartup", run_policy={"backoffLimit": 1})
+        apply(kubectl, namespace, job)
+        wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+        old_uid = get(kubectl, namespace, "job", "pi-worker")["metadata"]["uid"]
+        (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+                     if p["spec"]["hostname"] == "pi-worker-0"]
+        kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(stuck_worker(victim, old_uid, node)))
+        kubectl("-n", namespace, "patch", "pod", "pi-worker-0-stuck", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}))
+        (first,) = live(pods(kubectl, namespace, "pi", "launcher"))
+        kubectl("-n", namespace, "delete", "pod", victim["metadata"]["name"], "--wait=false")
+        kubectl("-n", namespace, "delete", "pod", first["metadata"]["name"], "--wait=false")
+
+        def stuck_named() -> dict | None:
+            c = conditions(kubectl, namespace, "pi").get("WaitingForPredecessor")
+            return c if c and c["status"] == "True" else None
+
+        deadline = time.monotonic() + 200  # 120 s past its deletionTimestamp (predecessor.STUCK_SECONDS)
+        cond = None
+        while cond is None and time.monotonic() < deadline:
+            running = [p for p in live(pods(kubectl, namespace, "pi", "launcher"))
+                       if p["metadata"]["uid"] != first["metadata"]["uid"]]
+            assert not running, [(p["metadata"]["name"], p["status"].get("phase")) for p in running]
+            assert conditions(kubectl, namespace, "pi").get("Failed") is None
+            cond = stuck_named()
+            time.sleep(1)
+        assert cond is not None, conditions(kubectl, namespace, "pi")
+        msg = cond["message"]
+        assert cond["reason"] == "OldWorkerPodStuck", cond
+        assert f"pod {namespace}/pi-worker-0-stuck of this MPIJob's earlier worker Job" in msg, msg
+        assert f"on node {node}" in msg and "deleted MPIJob" not in msg and "no retry is spent" in msg, msg
+        assert "--force --grace-period=0" in msg, msg
+        warned = [e for e in events(kubectl, namespace, "pi") if e["reason"] == "OldWorkerPodStuck"]
+        assert len(warned) == 1 and "pi-worker-0-stuck" in warned[0]["message"], warned
+        book = json.loads(((get(kubectl, namespace, "job", "pi-launcher") or {}).get("metadata", {}).get(
+            "annotations") or {}).get(LEDGER) or (get(kubectl, namespace, "configmap", "pi-config") or {}).get(
+            "metadata", {}).get("annotations", {}).get(LEDGER) or "{}")
+        assert book.get("counted") == 1, book
+        kubectl("-n", namespace, "delete", "pod", "pi-worker-0-stuck", "--force", "--grace-period=0")
+        wait_until(lambda: any(p["status"].get("phase") == "Running" for p in live(pods(kubectl, namespace, "pi",
+                                                                                         "launcher"))),
+                   60, interval=0.5, what="a launcher running once the pod is gone")
+        wait_until(lambda: stuck_named() is None, 30, interval=0.5, what="the condition gone with the pod")
+        assert conditions(kubectl, namespace, "pi").get("Failed") is None

@@ -108,8 +108,8 @@ def _run(inputs: Inputs) -> Plan:
             draft.event("Warning", elastic.R_JOB_BACKEND, warning)
 
     ctx = context.build(inputs, job, choice, config)
-    draft.plan.events += predecessor.report_stuck(draft.status, list(ctx.pods.stale), ctx.namespace, ctx.now,
-                                                  job_created=status.parse_time(job["metadata"].get("creationTimestamp")))
+    predecessor.report(draft, list(ctx.pods.stale), ctx.namespace, ctx.now,
+                       status.parse_time(job["metadata"].get("creationTimestamp")))
     outcome.name_clash(draft, ownership.clash(job, ctx.observed, ctx.workers, ctx.stale_children, ctx.key)
                        or inputs.taken)
     if ctx.stale_children and not draft.finished():

@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from reconcilers import status
+from reconcilers.draft import Draft
 from reconcilers.types import Event, Obj
 
 # The kubelet confirms a delete within seconds of the grace period's end; two minutes later it will not.
@@ -44,6 +45,19 @@ def stuck_pod(stale_pods: list[Obj], now: datetime, bound_s: float | None = None
     (default STUCK_SECONDS) past its deletionTimestamp, by name; None if there is none."""
     found = _stuck(stale_pods, now, STUCK_SECONDS if bound_s is None else bound_s)
     return (str(found[0]["metadata"].get("name") or "?"), found[0]["metadata"]["deletionTimestamp"]) if found else None
+
+
+def recheck_in(stale_pods: list[Obj], now: datetime, bound_s: float | None = None) -> float | None:
+    """Seconds until the first terminating pod not reported yet would be stuck: nothing else may wake
+    the MPIJob then (an earlier worker pod that waits for ever sends no event)."""
+    bound_s = STUCK_SECONDS if bound_s is None else bound_s
+    due = []
+    for pod in stale_pods:
+        since = status.parse_time(((pod.get("metadata") or {}) if isinstance(pod, dict) else {}).get(
+            "deletionTimestamp"))
+        if since is not None and (now - since).total_seconds() <= bound_s:
+            due.append(bound_s - (now - since).total_seconds() + 0.5)
+    return min(due) if due else None
 
 
 def _minutes(seconds: float) -> str:
@@ -98,6 +112,14 @@ def _message(namespace: str, pod: Obj, now: datetime | None, own: bool) -> str:
                 f"for good, remove it: {_fix(namespace, pod)}")
     return (f"waiting for pod {namespace}/{name} of a deleted MPIJob of the same name: it is {holds(pod, now)}; this "
             f"MPIJob starts once it is gone. If its node is lost for good, remove it: {_fix(namespace, pod)}")
+
+
+def report(draft: Draft, stale_pods: list[Obj], namespace: str, now: datetime, job_created: datetime | None) -> None:
+    """`report_stuck` into the draft, and a look again when the next terminating pod would be stuck."""
+    draft.plan.events += report_stuck(draft.status, stale_pods, namespace, now, job_created=job_created)
+    wait = recheck_in(stale_pods, now)
+    if wait is not None:
+        draft.requeue(wait)
 
 
 def report_stuck(job_status: Obj, stale_pods: list[Obj], namespace: str, now: datetime,

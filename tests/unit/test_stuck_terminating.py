@@ -133,3 +133,13 @@ def test_stuck_terminating_in_place_runs_spend_no_retry_while_an_old_worker_pod_
     assert "kwok-node-7, which stopped reporting" in cond["message"], cond
     restarting = [e.message for p in seen for e in p.events if e.reason == st.R_RESTARTING]
     assert any("still terminating" in m and "not counted" in m for m in restarting), restarting
+
+
+@pytest.mark.parametrize(("now", "want"), [
+    (50, 120.5),  # its deletionTimestamp: reported 120 s later, looked at then (nothing else wakes the MPIJob)
+    (150, 20.5),
+    (171, None),  # reported already: nothing to wait for
+])
+def test_stuck_terminating_the_plan_looks_again_when_the_pod_would_be_stuck(now, want):
+    got = predecessor.recheck_in([old_worker(mpijob())], at(now))
+    assert got == (None if want is None else pytest.approx(want))
