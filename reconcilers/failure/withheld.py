@@ -12,7 +12,7 @@ worker pod's delete was asked for, and failed while that pod is still there, is 
 condition WaitingForPredecessor names the pod and what holds it (reconcilers/predecessor.py). A
 launcher pod that fails meanwhile makes its Job afresh, held until the pod is gone (retries.remade,
 children.launcher_waits). Its start is the kubelet's `startedAt`, the delete the API server's: the
-one order of the two known (workerloss.run_started).
+one order of the two known (runs.run_started).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import datetime
 
 from reconcilers import names, ownership, status
 from reconcilers.context import JobContext
-from reconcilers.failure.workerloss import delete_asked_at
+from reconcilers.failure.runs import delete_asked_at
 from reconcilers.types import Obj
 
 _WHY_MAX = 200

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from reconcilers import desired, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.failure import evidence
+from reconcilers.failure import evidence, runs
 from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import LogRead, Obj
 
@@ -80,35 +80,10 @@ def _phase(pod: Obj) -> str | None:
     return (pod.get("status") or {}).get("phase")
 
 
-def delete_asked_at(pod: Obj) -> datetime | None:
-    """When the pod's delete was asked for, in the API server's clock: `deletionTimestamp` is that
-    request plus the grace period (the deadline of the kubelet's kill)."""
-    meta = _meta(pod)
-    deleting = status.parse_time(meta.get("deletionTimestamp"))
-    if deleting is None:
-        return None
-    grace = meta.get("deletionGracePeriodSeconds")
-    return deleting - timedelta(seconds=grace if isinstance(grace, int) and 0 <= grace < 10**9 else 0)
-
-
-def resumed_at(st: Obj) -> datetime | None:
-    """When the MPIJob was last resumed (its Suspended condition turned False), or None."""
-    c = status.get_condition(st, status.SUSPENDED)
-    return status.parse_time(c.get("lastTransitionTime")) if c and c.get("status") == "False" else None
-
-
-def stopped_by_suspend(pod: Obj, resumed: datetime | None) -> bool:
-    """A worker pod created before the last resume: the suspend stopped it. Used only to keep such a
-    pod from showing the resumed run as Restarting; the verdict never rests on it (two clocks: the
-    resume is the operator's, the creation the API server's)."""
-    created = status.parse_time(_meta(pod).get("creationTimestamp"))
-    return resumed is not None and created is not None and created < resumed
-
-
 def current_workers(ctx: JobContext, st: Obj) -> list[Obj]:
     """The worker pods of the run since the last resume (all of them if never suspended)."""
-    resumed = resumed_at(st)
-    return [p for p in ctx.pods.workers if not stopped_by_suspend(p, resumed)]
+    resumed = runs.resumed_at(st)
+    return [p for p in ctx.pods.workers if not runs.stopped_by_suspend(p, resumed)]
 
 
 def _lost_pods(ctx: JobContext) -> list[Obj]:
@@ -126,8 +101,8 @@ def _lost_pods(ctx: JobContext) -> list[Obj]:
 
 def lost_now(ctx: JobContext, st: Obj) -> list[str]:
     """The hostnames of the current run's workers lost as the plan sees them (Restarting says so)."""
-    resumed = resumed_at(st)
-    return sorted({desired.pod_hostname(p) for p in _lost_pods(ctx) if not stopped_by_suspend(p, resumed)})
+    resumed = runs.resumed_at(st)
+    return sorted({desired.pod_hostname(p) for p in _lost_pods(ctx) if not runs.stopped_by_suspend(p, resumed)})
 
 
 def attempt(ctx: JobContext) -> Obj | None:
@@ -136,42 +111,19 @@ def attempt(ctx: JobContext) -> Obj | None:
     return max(runs, key=lambda p: _meta(p).get("creationTimestamp") or "") if runs else None
 
 
-def run_of(ctx: JobContext, pod: Obj) -> int:
-    """Which run of the launcher container `pod` is on, from 1: its restarts in place plus one."""
-    n = _launcher_status(ctx, pod).get("restartCount")
-    return n + 1 if isinstance(n, int) and n > 0 else 1
-
-
-def run_started(ctx: JobContext, pod: Obj) -> datetime | None:
-    """When `pod`'s current run of the launcher container began, or None while it waits to run again.
-    The first run: the pod's creation (the API server's clock, as the losses' deletes). A run restarted
-    in place: the container's own `startedAt` (the kubelet's clock: no other time says when an in-place
-    run began; a loss that ended the run before is otherwise recorded again for this one)."""
-    if run_of(ctx, pod) == 1:
-        return status.parse_time(_meta(pod).get("creationTimestamp"))
-    state = _launcher_status(ctx, pod).get("state") or {}
-    return status.parse_time((state.get("running") or state.get("terminated") or {}).get("startedAt"))
-
-
-def _launcher_status(ctx: JobContext, pod: Obj) -> Obj:
-    statuses = [cs for cs in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(cs, dict)]
-    want = _container(ctx)
-    return next((cs for cs in statuses if cs.get("name") == want), statuses[0] if statuses else {})
-
-
 def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
     """The hostnames of the workers lost during `launcher_pod`'s current run (rules 1 and 2 above)."""
     return sorted({desired.pod_hostname(p) for p in _lost_during(ctx, launcher_pod)})
 
 
 def _lost_during(ctx: JobContext, launcher_pod: Obj) -> list[Obj]:
-    first = run_of(ctx, launcher_pod) == 1
-    created = run_started(ctx, launcher_pod)
+    first = runs.run_of(ctx, launcher_pod) == 1
+    created = runs.run_started(ctx, launcher_pod)
     if created is None and not first:
         return []  # the container waits to run again: no run of it is under way to lose a worker
     out = []
     for pod in _lost_pods(ctx):
-        asked = delete_asked_at(pod)
+        asked = runs.delete_asked_at(pod)
         if asked is not None and created is not None and asked <= created:
             # Asked before this attempt began (a suspend, an earlier attempt), or in the second of its
             # creation (both stored in whole seconds), when its mpirun cannot have started yet.
@@ -186,7 +138,7 @@ def _lost_at(pod: Obj) -> datetime | None:
     """When a lost worker went: its delete asked for, else its last container's end (None: unknown)."""
     ends = [status.parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
             for c in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(c, dict)]
-    return delete_asked_at(pod) or max((t for t in ends if t is not None), default=None)
+    return runs.delete_asked_at(pod) or max((t for t in ends if t is not None), default=None)
 
 
 def _replaced_by(ctx: JobContext, ended: Obj, created: datetime) -> bool:
@@ -232,7 +184,7 @@ def record(ctx: JobContext, draft: Draft) -> None:
         return
     name = recorded_attempt(draft.status)
     pod = _pod_named(ctx, name) if name else None
-    over = pod is None or _phase(pod) == "Failed" or run_of(ctx, pod) != recorded_run(draft.status)
+    over = pod is None or _phase(pod) == "Failed" or runs.run_of(ctx, pod) != recorded_run(draft.status)
     if status.get_condition(draft.status, WORKER_LOST) is not None and over:
         status.remove_condition(draft.status, WORKER_LOST)
         name = None
@@ -242,7 +194,7 @@ def record(ctx: JobContext, draft: Draft) -> None:
     current = attempt(ctx)
     lost = lost_workers(ctx, current) if current is not None else []
     if current is not None and lost:
-        run = run_of(ctx, current)
+        run = runs.run_of(ctx, current)
         _write_record(ctx, draft, _meta(current).get("name", "?") + (f" (run {run})" if run > 1 else ""), lost)
 
 
@@ -320,7 +272,7 @@ def judge(ctx: JobContext, draft: Draft) -> Judgement:
         return _unread_success("its pod is gone")
     lost_pods = _lost_during(ctx, pod)
     lost = sorted({desired.pod_hostname(p) for p in lost_pods})
-    recorded = name == _meta(pod).get("name") and recorded_run(draft.status) == run_of(ctx, pod)
+    recorded = name == _meta(pod).get("name") and recorded_run(draft.status) == runs.run_of(ctx, pod)
     seen = bool(lost) or recorded
     uid = _meta(pod).get("uid") or ""
     report: LauncherReport | None = ctx.inputs.reports.get(uid)
@@ -328,8 +280,8 @@ def judge(ctx: JobContext, draft: Draft) -> Judgement:
         record = status.get_condition(draft.status, WORKER_LOST) if recorded else None
         since = evidence.read_since([*map(_lost_at, lost_pods), status.parse_time((record or {}).get(
             "lastTransitionTime"))]) if seen else None
-        return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid, _container(ctx),
-                                                 since))
+        return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid,
+                                                 runs.launcher_container(ctx), since))
     what = _what_was_lost(draft.status, lost) if seen else "no worker pod was seen to end"
     if report.cut_short is not None:
         return Judgement(cut_short=f"{what} while it ran, and its log shows it cut ranks short: "
@@ -358,11 +310,3 @@ def _what_was_lost(st: Obj, lost: list[str]) -> str:
     c = status.get_condition(st, WORKER_LOST) or {}
     m = re.search(r"worker (.+?) was lost", str(c.get("message") or ""))
     return f"worker {m.group(1)} was lost" if m else "a worker was lost"
-
-
-def _container(ctx: JobContext) -> str:
-    """The launcher's container that runs mpirun: the first of its template (desired.py builds the
-    launcher from the same template)."""
-    containers = (((ctx.spec["mpiReplicaSpecs"].get("Launcher") or {}).get("template") or {}).get("spec")
-                  or {}).get("containers") or [{}]
-    return str((containers[0] or {}).get("name") or "")

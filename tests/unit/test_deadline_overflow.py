@@ -13,7 +13,7 @@ import pytest
 from reconcilers import desired
 from reconcilers import status as st
 from reconcilers.defaults import with_defaults
-from reconcilers.failure import workerloss as wl
+from reconcilers.failure import runs
 from reconcilers.types import Config
 from tests.unit.sim import BACKENDS, NOW, at, converge, exited_0, job_finished, mpijob, pod, run, running_state
 
@@ -123,7 +123,7 @@ GRACE = [
 def test_deadline_overflow_delete_asked_at(case, grace, deleting, want):
     p = {"metadata": {"deletionTimestamp": deleting, "deletionGracePeriodSeconds": grace},
          "status": {"phase": "Running"}}
-    assert wl.delete_asked_at(p) == want
+    assert runs.delete_asked_at(p) == want
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

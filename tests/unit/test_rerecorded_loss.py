@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from reconcilers.failure import runs
 from reconcilers.failure import workerloss as wl
 from tests.unit.sim import BACKENDS, at, pod, running_state, with_status
 from tests.unit.test_worker_loss import (
@@ -106,5 +107,5 @@ def test_rerecorded_loss_run_started(cs, want):
     inputs = Inputs(job, Observed(pods=[p]), Config(), at(0))
     choice, config = context.choose_backend(inputs, full)
     ctx = context.build(inputs, full, choice, config)
-    got = wl.run_started(ctx, p)
+    got = runs.run_started(ctx, p)
     assert got == (None if want is None else at(want))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from reconcilers import status as st
-from reconcilers.failure import evidence
+from reconcilers.failure import evidence, runs
 from reconcilers.failure import workerloss as wl
 from reconcilers.failure.evidence import LauncherReport
 from reconcilers.types import Observed, Plan
@@ -556,7 +556,7 @@ def test_an_exit_0_is_judged_by_its_log_and_by_a_loss_only_of_its_own_attempt(ba
     ({"deletionTimestamp": t(50), "deletionGracePeriodSeconds": 0}, at(50)),
 ])
 def test_delete_asked_at(meta, want):
-    assert wl.delete_asked_at({"metadata": meta}) == want
+    assert runs.delete_asked_at({"metadata": meta}) == want
 
 
 @pytest.mark.parametrize("text,cut", [
