@@ -7,6 +7,8 @@
   no longer give every worker back, stopped when the MPIJob is not running.
 - `sync_launcher`: the launcher Job, held back under WaitForWorkersReady until every worker is Ready.
 - `workers_ready`, `launcher_running`: what the Running condition is made of.
+- `launcher_waits`: the launcher may not run now (workers made afresh or, under WaitForWorkersReady,
+  not all Ready). Old workers on their way out: reconcilers/leaving.py.
 Missing children are created; owned ones get merge patches of the fields we own; an object we do
 not control is never touched (reconcilers/ownership.py reports it). Nothing here does I/O.
 """
@@ -18,6 +20,7 @@ from reconcilers.context import JobContext
 from reconcilers.defaults import WORKER
 from reconcilers.draft import Draft
 from reconcilers.failure import ledger, restartpolicy, workerexits
+from reconcilers.leaving import launcher_held, made_beside_leaving, workers_leaving, workers_lost, workers_renewed
 from reconcilers.types import Create, Obj, SSHKey
 
 # How soon to look again while a deleted predecessor's children or pods are being removed (their
@@ -27,7 +30,7 @@ _NO_KEY = SSHKey("", "")
 
 
 def shared_children(ctx: JobContext, draft: Draft, *, running: bool = False) -> None:
-    service = desired.service(ctx.job, workers_leaving=running and workers_leaving(ctx) and not _launcher_held(ctx))
+    service = desired.service(ctx.job, workers_leaving=running and workers_leaving(ctx) and not launcher_held(ctx))
     for field, want in (("service", service),
                         ("config_map", desired.config_map(ctx.job, ctx.config, ctx.pods.workers))):
         have = getattr(ctx.observed, field)
@@ -167,79 +170,6 @@ def _waiting(pod: Obj) -> bool:
 # -- workers ----------------------------------------------------------------------------------------
 
 
-def workers_lost(ctx: JobContext, have: Obj) -> str | None:
-    """Why a worker Job can no longer give every worker back, or None. An Indexed Job never
-    reruns an index whose pod succeeded, and a stopped `sshd` exits 0: a deleted worker pod, or
-    every pod of a suspended Job, ends Succeeded and its index stays completed."""
-    wst = have.get("status") or {}
-    if int(wst.get("succeeded") or 0) > 0 or wst.get("completedIndexes"):
-        return f"worker index(es) {wst.get('completedIndexes') or wst.get('succeeded')} ended"
-    for ctype in ("Complete", "Failed"):
-        if status.job_condition(have, ctype) is not None:
-            return f"the worker Job is {ctype}"
-    done = sorted(desired.pod_hostname(p) for p in ctx.pods.workers
-                  if (p.get("status") or {}).get("phase") == "Succeeded")
-    if done:
-        return f"worker pod(s) {', '.join(done)} ended"
-    # A worker pod being deleted ends too, Succeeded as a rule (sshd exits 0): known at its delete,
-    # up to a second before the kubelet reports its end (its relist), and the workers' return is what
-    # a lost run waits for (docs/architecture.md section 11). An index past Worker replicas is a
-    # scale-down's, not a loss.
-    count = desired.worker_replicas(ctx.job)
-    going = sorted(desired.pod_hostname(p) for p in ctx.pods.workers if ownership.deleting(p)
-                   and (desired.worker_index(ctx.job, p) or 0) < count)
-    return f"worker pod(s) {', '.join(going)} being deleted" if going else None
-
-
-def _renewable(ctx: JobContext) -> bool:
-    """Workers this operator makes afresh: a Worker replica spec with replicas, in our shape."""
-    return isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict) and desired.worker_replicas(ctx.job) > 0 \
-        and not takeover.upstream_shaped(ctx)
-
-
-def workers_leaving(ctx: JobContext) -> bool:
-    """Old workers are on their way out while the MPIJob runs: the worker object being deleted, or to
-    be deleted by this plan (its Job lost a worker), or a worker pod of an earlier set still running
-    (its Job already gone: the new one is made beside it, `_made_beside_leaving`). Such a pod keeps
-    its name in DNS until it ends (publishNotReadyAddresses), so the Service selects the launcher
-    alone meanwhile (desired.service; docs/architecture.md section 11)."""
-    if not _renewable(ctx):
-        return False
-    have = ctx.workers
-    if ownership.stale_alive(ctx.pods, names.ROLE_WORKER):
-        return True
-    if have is None or not ctx.owned(have):
-        return False
-    return ownership.deleting(have) or (have.get("kind") == "Job" and workers_lost(ctx, have) is not None)
-
-
-def _made_beside_leaving(ctx: JobContext, sts: bool) -> bool:
-    """The new worker Job may be created while old worker pods still stop (a worker Job made afresh, or
-    a deleted predecessor's): on the Job backend (its pods' names are its own, never an old pod's; a
-    StatefulSet's are the old ones'), once the Service as observed selects the launcher alone
-    (`workers_leaving`), so that no worker's name resolves before every old one has ended
-    (docs/architecture.md section 11)."""
-    if sts:
-        return False
-    service = ctx.observed.service
-    selector = ((service or {}).get("spec") or {}).get("selector") or {}
-    return ctx.owned(service) and selector.get(names.JOB_ROLE_LABEL) == names.ROLE_LAUNCHER
-
-
-def _launcher_held(ctx: JobContext) -> bool:
-    """The launcher Job is suspended (a resume waiting for its gang or for WaitForWorkersReady): no
-    launcher looks the workers up, so the Service is left as it is."""
-    launcher = ctx.launcher
-    return ctx.owned(launcher) and bool(((launcher or {}).get("spec") or {}).get("suspend"))
-
-
-def workers_renewed(ctx: JobContext) -> bool:
-    """The workers are being made afresh while the MPIJob runs (section 4): their object gone (this
-    plan creates it) or leaving (`workers_leaving`). A launcher that starts meanwhile finds no
-    workers' names, or (before the Service narrowed) the old ones on their way out."""
-    return (ctx.workers is None and _renewable(ctx)) or workers_leaving(ctx)
-
-
 def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
     if not isinstance(ctx.spec["mpiReplicaSpecs"].get(WORKER), dict):
         return  # no Worker replica spec (the CRD allows it): the launcher runs alone
@@ -258,7 +188,7 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
                               "this MPIJob started with")
     if have is None:
         if running and (sts or desired.worker_replicas(ctx.job) > 0):
-            if ownership.stale_alive(ctx.pods, names.ROLE_WORKER) and not _made_beside_leaving(ctx, sts):
+            if ownership.stale_alive(ctx.pods, names.ROLE_WORKER) and not made_beside_leaving(ctx, sts):
                 draft.requeue(STALE_RECHECK_SECONDS)  # a worker pod of an earlier set is still stopping
             else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
                 draft.plan.creates.append(Create(ledger.carry(ctx, want)))
@@ -273,7 +203,7 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
     if lost:
         # Background: the Job goes at once and the new one is created on the next pass, while the
         # old pods stop; the Service keeps every worker's name out of DNS until they have
-        # (`workers_leaving`, `_made_beside_leaving`; docs/architecture.md section 11).
+        # (`workers_leaving`, `made_beside_leaving`, reconcilers/leaving.py; docs/architecture.md section 11).
         draft.delete(have, f"{lost}: recreate the workers")
         return
     if running and diff.recreate_on_resume(want, have):

@@ -4,7 +4,7 @@ Two kinds of pod under this MPIJob's names are waited for: a deleted predecessor
 under the name of a deleted one waits for its pods to be gone before it creates its own: a new pod
 would share their hostnames), and a pod of this MPIJob's own earlier worker Job (made afresh after a
 lost worker: until that pod ends, its name would still resolve, so the Service leaves the workers'
-names out and the launcher waits; children.workers_leaving). They are told apart by their creation,
+names out and the launcher waits; leaving.workers_leaving). They are told apart by their creation,
 one clock: a pod created before this MPIJob is a predecessor's.
 
 A pod whose node is down stays Terminating for ever: its kubelet never confirms the delete; so does

@@ -3,7 +3,7 @@
 
 On the Job backend a lost worker makes the worker Job afresh, and while a pod of the earlier Job has
 not ended its name would still resolve (a terminating pod keeps its record), so the Service selects
-the launcher alone and the new workers' names are withheld (children.workers_leaving). A launcher
+the launcher alone and the new workers' names are withheld (leaving.workers_leaving). A launcher
 restarted in place meanwhile (the kubelet runs it again at once) cannot find its workers: its failure
 is the old pod's, not the program's. When that pod never ends (a finalizer nobody removes, a node that
 went away) the kubelet's restarts would spend every retry of `runPolicy.backoffLimit` while nothing
