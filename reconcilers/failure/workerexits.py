@@ -8,8 +8,9 @@ made afresh: unbounded, the operator deleted and recreated the worker Job every 
 (4 writes a second). So, as the Job controller paces the pods of a failing Job (10 s, doubling, at
 most 6 minutes: its backoff), the operator paces and counts these:
 
-- **An exit by itself.** A worker pod of the current worker Job that ended (Succeeded or Failed)
-  with no delete asked for and no `DisruptionTarget`, at an index below Worker replicas. A deleted
+- **An exit by itself.** A worker pod of the current worker Job that Succeeded with no delete asked
+  for and no `DisruptionTarget`, at an index below Worker replicas (one that failed is the Job
+  controller's to replace, paced by its own backoff: the worker Job never fails). A deleted
   worker ends too (a stopped sshd exits 0), but its pod is being deleted; a disruption's loss is
   retried free (section 11). Those are made afresh at once, as before.
 - **The record.** The condition `WorkerExited` (True), in the status: it outlives the worker Job it
@@ -59,8 +60,8 @@ def exits(ctx: JobContext) -> list[Obj]:
     if workers is None or workers.get("kind") != "Job" or not ctx.owned(workers):
         return []
     count = desired.worker_replicas(ctx.job)
-    out = [p for p in ctx.pods.workers if ownership.ended(p) and not ownership.deleting(p) and not _disrupted(p)
-           and (desired.worker_index(ctx.job, p) or 0) < count]
+    out = [p for p in ctx.pods.workers if (p.get("status") or {}).get("phase") == "Succeeded"
+           and not ownership.deleting(p) and not _disrupted(p) and (desired.worker_index(ctx.job, p) or 0) < count]
     return sorted(out, key=lambda p: (desired.pod_hostname(p), (p.get("metadata") or {}).get("name") or ""))
 
 
