@@ -218,12 +218,13 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
 # -- launcher ---------------------------------------------------------------------------------------
 
 
-def launcher_waits(ctx: JobContext) -> bool:
-    """The launcher may not run now: its workers are made afresh (`workers_renewed`), or, under
-    WaitForWorkersReady, a worker is not Ready or is on its way out (a deleted pod can show Ready until
-    its kubelet reports its end). A launcher pod that fails meanwhile makes its Job afresh, held until
-    then (retries.remade), rather than left to its Job's retry (docs/architecture.md section 11)."""
-    return workers_renewed(ctx) or (restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx))
+def launcher_waits(ctx: JobContext, new_failure: bool = True) -> bool:
+    """A launcher pod that failed makes its Job afresh, held until its workers are back, rather than
+    left to its Job's retry (retries.remade; docs/architecture.md section 11): while the workers are
+    made afresh (`workers_renewed`), or, under WaitForWorkersReady, after a failure not announced yet
+    while a worker is not Ready or is on its way out (a deleted pod can show Ready until its kubelet
+    reports its end). A failure announced earlier (before a resume, say) stays its Job's to retry."""
+    return workers_renewed(ctx) or (new_failure and restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx))
 
 
 def _all_ready(ctx: JobContext) -> bool:

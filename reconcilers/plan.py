@@ -163,7 +163,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
     # starts with the new ones: both in a launcher Job made afresh (retries.remade).
     renewed = children.workers_renewed(ctx)
-    relaunching = retries.relaunch(ctx, draft, accounts, children.launcher_waits(ctx))
+    relaunching = retries.relaunch(ctx, draft, accounts, children.launcher_waits(ctx, accounts.new_failure))
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
