@@ -163,7 +163,8 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
     # starts with the new ones: both in a launcher Job made afresh (retries.remade).
     renewed = children.workers_renewed(ctx)
-    relaunching = retries.relaunch(ctx, draft, accounts, children.launcher_waits(ctx, accounts.new_failure))
+    waits = children.launcher_waits(ctx, accounts.new_failure)  # (renewed, or WaitForWorkersReady's hold)
+    relaunching = retries.relaunch(ctx, draft, accounts, waits)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
@@ -193,7 +194,7 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if announcing and newest is not None:
         # Every failed attempt is announced, with its cause, even when the launcher already runs
         # again (restarted in place): Running follows on the next look (docs/architecture.md 10).
-        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described, renewed)
+        msg = messages.restarting(ctx, accounts, newest, accounts.announced().failed, described, waits)
         if newest.in_place:
             workerloss.drop(draft)  # the attempt a loss was recorded for has ended: its pod runs a new one
         draft.condition(status.RESTARTING, "True", status.R_RESTARTING, msg)

@@ -86,6 +86,7 @@ def test_in_place_waits_a_retry_waits_for_every_worker_ready_statefulset():
     obs = _lost_and_failed(job, obs, backend, replacement_ready=False)
     p = run(job, obs, backend)
     assert [d.ref.name for d in p.deletes] == ["pi-launcher"], p
+    assert any("the launcher Job is made afresh" in e.message for e in p.events), p.events
     job, obs = apply_plan(job, obs, p)
     obs = replace(obs, pods=[q for q in obs.pods if q["metadata"]["labels"].get("training.kubeflow.org/job-role")
                              != "launcher"])
