@@ -10,7 +10,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -86,30 +86,42 @@ def test_worker_exit_loop_writes_per_second(kubectl, start_operator, namespace):
 # -- item 7: WaitForWorkersReady holds every retry ---------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def own_node(kubectl) -> Iterator[tuple[str, dict]]:
-    """A kwok node of the test's own, tainted and labelled: only pods with the returned placement
-    land there (so cordoning it holds their replacements Pending, and nobody else's pods). Deleted at
-    the end."""
-    name = f"workers-{uuid.uuid4().hex[:6]}"
+def _pool_node(kubectl, name: str, pool: str) -> None:
     node = {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name,
                          "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                          "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok",
-                                    "workers-node": name}},
-            "spec": {"taints": [{"key": "workers-node", "value": name, "effect": "NoSchedule"}]},
+                                    "workers-node": pool}},
+            "spec": {"taints": [{"key": "workers-node", "value": pool, "effect": "NoSchedule"}]},
             "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
                        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}}
     kubectl("apply", "-f", "-", input=json.dumps(node))
+    wait_until(lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in
+                           ((get(kubectl, "", "node", name) or {}).get("status") or {}).get("conditions") or []),
+               60, interval=0.5, what=f"kwok node {name} Ready")
+
+
+@contextlib.contextmanager
+def own_node(kubectl) -> Iterator[tuple[str, dict, Callable[[], str]]]:
+    """A kwok node of the test's own, tainted and labelled: only pods with the returned placement
+    land there (so cordoning it holds their replacements Pending, and nobody else's pods), and a
+    function that adds another node to its pool (a node's arrival moves the scheduler's unschedulable
+    pods back at once). Deleted at the end."""
+    pool = f"workers-{uuid.uuid4().hex[:6]}"
+    made = [pool]
+    _pool_node(kubectl, pool, pool)
+
+    def more() -> str:
+        made.append(f"{pool}-{len(made)}")
+        _pool_node(kubectl, made[-1], pool)
+        return made[-1]
+
     try:
-        wait_until(lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in
-                               ((get(kubectl, "", "node", name) or {}).get("status") or {}).get("conditions") or []),
-                   60, interval=0.5, what=f"kwok node {name} Ready")
-        yield name, {"nodeSelector": {"workers-node": name},
-                     "tolerations": [{"key": "workers-node", "operator": "Equal", "value": name,
-                                      "effect": "NoSchedule"}]}
+        yield pool, {"nodeSelector": {"workers-node": pool},
+                     "tolerations": [{"key": "workers-node", "operator": "Equal", "value": pool,
+                                      "effect": "NoSchedule"}]}, more
     finally:
-        kubectl("delete", "node", name, "--wait=false", check=False)
+        kubectl("delete", "node", *made, "--wait=false", check=False)
 
 
 def test_in_place_waits_a_retry_waits_for_every_worker_ready(kubectl, operator, namespace, backend):
@@ -119,7 +131,7 @@ def test_in_place_waits_a_retry_waits_for_every_worker_ready(kubectl, operator, 
     no mpirun): for 25 s no launcher pod runs (before: the launcher Job's own retry after its 10 s
     backoff, or a restart in place at once, ran without worker 0); once worker 0 is Ready again a
     launcher runs, the loss counted once."""
-    with own_node(kubectl) as (node, placement):
+    with own_node(kubectl) as (node, placement, more):
         job = simulated_mpijob("pi", workers=2, launcher_runs=None, run_policy={"backoffLimit": 3})
         job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"].update(placement)
         apply(kubectl, namespace, job)
@@ -139,6 +151,7 @@ def test_in_place_waits_a_retry_waits_for_every_worker_ready(kubectl, operator, 
             assert not running, [(p["metadata"]["name"], p["status"].get("phase")) for p in running]
             time.sleep(0.5)
         kubectl("uncordon", node)
+        more()  # (a node's arrival, unlike an uncordon, has the scheduler look at the Pending pods at once)
 
         def again() -> bool:
             ready = [p for p in live(pods(kubectl, namespace, "pi", "worker")) if any(
