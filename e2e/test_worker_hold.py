@@ -48,6 +48,9 @@ def test_worker_exit_loop_paced_counted_across_a_restart_and_ended(kubectl, star
     first = wait_condition(kubectl, namespace, "pi", "WorkerExited", timeout=60)
     assert "exit 1 of at most 2 (runPolicy.backoffLimit)" in first["message"], first
     assert "exit code 0, Completed" in first["message"], first
+    # (its Warning Event follows the status write: stopped before it, the operator would lose it)
+    wait_until(lambda: [e for e in events(kubectl, namespace, "pi") if e["reason"] == "WorkerExited"], 30,
+               interval=0.3, what="the first exit's Warning Event")
     writes = op.metric(WRITES)
     op.stop()
     op = start_operator("job", namespace, name="again")
@@ -60,7 +63,8 @@ def test_worker_exit_loop_paced_counted_across_a_restart_and_ended(kubectl, star
     assert "(pod pi-worker-" in msg and "exit code 0, Completed" in msg and "3 time(s)" in msg, msg
     assert "runPolicy.backoffLimit (2)" in msg, msg
     warned = [e for e in events(kubectl, namespace, "pi") if e["type"] == "Warning"]
-    assert len([e for e in warned if e["reason"] == "WorkerExited"]) == 2, warned
+    exited = [e["message"] for e in warned if e["reason"] == "WorkerExited"]
+    assert len(exited) == 2 and [m for m in exited if "exit 2 of at most 2" in m and "made afresh 20s" in m], exited
     assert [e for e in warned if "WorkerBackoffLimitExceeded" in e["message"]], warned
     # 10 s then 20 s between the worker Jobs: about 35 s from the first exit to the end
     assert elapsed > 30, elapsed
