@@ -228,14 +228,9 @@ def _write_record(ctx: JobContext, draft: Draft, pod_name: str, lost: list[str])
 
 
 def _before_the_true_ones(st: Obj) -> None:
-    """The record goes before the True conditions (where the condition-order policy puts a type it
-    does not know, docs/architecture.md section 6.5): the last condition stays the MPIJob's state,
-    with or without the policy."""
-    conds = status.conditions_of(st)
-    rec = [c for c in conds if c.get("type") == WORKER_LOST]
-    rest = [c for c in conds if c.get("type") != WORKER_LOST]
-    at = next((i for i, c in enumerate(rest) if c.get("status") == "True"), len(rest))
-    st["conditions"] = rest[:at] + rec + rest[at:]
+    """The record goes before the True conditions (status.before_the_true_ones): the last condition
+    stays the MPIJob's state, with or without the condition-order policy."""
+    status.before_the_true_ones(st, WORKER_LOST)
 
 
 def drop(draft: Draft) -> None:

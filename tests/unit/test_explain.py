@@ -1,0 +1,231 @@
+"""Issue 51: every MPIJob explains itself (reconcilers/explain/): why it is not running (the condition
+Waiting), and what ended a pod of it (pods.end)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from reconcilers import status as st
+from reconcilers.explain import pods, waiting
+from tests.unit.sim import BACKENDS, NOW, apply_plan, at, converge, mpijob, pod, run, with_status
+
+SCHED_MSG = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes "
+             "are available: 3 Preemption is not helpful for scheduling.")
+
+
+def unschedulable(p: dict) -> dict:
+    return with_status(p, phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SCHED_MSG}])
+
+
+def on_node(p: dict, node: str = "n1", **container: dict) -> dict:
+    p = dict(p, spec={**p["spec"], "nodeName": node,
+                      "containers": [{"name": "worker", "resources": {"limits": {"memory": "512Mi"}}}]})
+    return p
+
+
+def waiting_c(p: dict, reason: str, message: str = "", image: str = "nope:1") -> dict:
+    return with_status(on_node(p), phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"}],
+        containerStatuses=[{"name": "worker", "image": image, "ready": False, "restartCount": 0,
+                            "state": {"waiting": {"reason": reason, "message": message}}}])
+
+
+def crash_looping(p: dict, code: int = 1, reason: str = "Error") -> dict:
+    return with_status(on_node(p), phase="Running", containerStatuses=[
+        {"name": "worker", "ready": False, "restartCount": 3,
+         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+         "lastState": {"terminated": {"exitCode": code, "reason": reason}}}])
+
+
+def terminated(p: dict, code: int, reason: str = "Error", **more) -> dict:
+    return with_status(on_node(p), phase="Failed", containerStatuses=[
+        {"name": "worker", "ready": False, "state": {"terminated": {"exitCode": code, "reason": reason, **more}}}])
+
+
+JOB = mpijob()
+W1 = pod(JOB, "worker", 1, phase="Pending", backend="statefulset")
+
+
+# -- what holds a pod (table) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("the_pod, reason, says", [
+    (unschedulable(W1), "Unschedulable", ["worker pi-worker-1 (pod pi-worker-1) cannot be scheduled",
+                                          "the scheduler: 0/3 nodes are available"]),
+    (waiting_c(W1, "ErrImagePull", 'failed to pull image "nope:1": not found'), "ImagePullFailed",
+     ["worker pi-worker-1 (pod pi-worker-1, node n1): container worker cannot pull image nope:1",
+      'the kubelet: ErrImagePull: failed to pull image "nope:1": not found']),
+    (waiting_c(W1, "ImagePullBackOff", 'Back-off pulling image "nope:1"'), "ImagePullFailed",
+     ["cannot pull image nope:1", "ImagePullBackOff"]),
+    (waiting_c(W1, "CreateContainerConfigError", 'secret "creds" not found'), "ContainerConfigError",
+     ["container worker cannot be created", 'CreateContainerConfigError: secret "creds" not found']),
+    (crash_looping(W1), "CrashLoopBackOff",
+     ["container worker keeps failing: its last run exited with code 1 (container worker)"]),
+    (crash_looping(W1, 137, "OOMKilled"), "CrashLoopBackOff", ["was OOMKilled (limit 512Mi"]),
+])
+def test_explain_pod_hold_quotes_the_component(the_pod, reason, says):
+    h = pods.hold(the_pod)
+    assert h is not None and h.reason == reason
+    text = f"{h.subject}; {h.detail}"
+    for s in says:
+        assert s in text, text
+
+
+@pytest.mark.parametrize("the_pod", [
+    W1,  # pending, nobody said anything yet
+    with_status(W1, conditions=[{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]),  # a gang's
+    with_status(on_node(W1), phase="Running", conditions=[{"type": "Ready", "status": "True"}]),
+    with_status(on_node(pod(JOB, "launcher")), phase="Running", containerStatuses=[  # a launcher's retry: not here
+        {"name": "launcher", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 1}}}]),
+])
+def test_explain_pod_hold_none_when_nothing_is_reported(the_pod):
+    assert pods.hold(the_pod) is None
+
+
+# -- what ended a pod (table) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("the_pod, says", [
+    (terminated(W1, 137, "OOMKilled"),
+     "worker pi-worker-1 (pod pi-worker-1, node n1) was OOMKilled (limit 512Mi; container worker, exit code 137)"),
+    (terminated(W1, 139), "was killed by signal 11 (SIGSEGV; container worker, exit code 139)"),
+    (terminated(W1, 1), "exited with code 1 (container worker)"),
+    (terminated(W1, 128, "StartError", message="exec: \"sshd\": not found"),
+     'could not start container worker (StartError: exec: "sshd": not found)'),
+    (with_status(on_node(W1), phase="Failed", reason="Evicted",
+                 message="The node was low on resource: memory. Threshold quantity: 100Mi, available: 20Mi."),
+     "was evicted by the kubelet: The node was low on resource: memory."),
+    (with_status(on_node(W1), phase="Failed", reason="DeadlineExceeded"), "activeDeadlineSeconds (DeadlineExceeded)"),
+    (with_status(on_node(W1), conditions=[{"type": "DisruptionTarget", "status": "True",
+                                           "reason": "PreemptionByScheduler", "message": "Preempted by pod x"}]),
+     "was preempted by the scheduler (PreemptionByScheduler: Preempted by pod x)"),
+    (with_status(on_node(W1), conditions=[{"type": "DisruptionTarget", "status": "True",
+                                           "reason": "DeletionByTaintManager", "message": "Taint manager: deleting"}]),
+     "lost its node (deleted by the taint manager) (DeletionByTaintManager"),
+    (with_status(on_node(W1), conditions=[{"type": "Ready", "status": "False", "reason": "NodeNotReady"}]),
+     "lost its node (NodeNotReady)"),
+])
+def test_explain_pod_end_names_pod_node_container_cause(the_pod, says):
+    assert says in pods.ended_text(the_pod)
+
+
+# -- the condition Waiting, through plan() ----------------------------------------------------------
+
+
+def _started(backend: str, **spec):
+    job = mpijob(spec=spec or None)
+    job, obs, _ = converge(job, backend=backend)
+    return job, obs
+
+
+def _worker(job, i, backend, **status):
+    return with_status(pod(job, "worker", i, backend=backend), **status)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_unschedulable_names_the_pods_once_and_keeps_the_state(backend):
+    job, obs = _started(backend)
+    stuck = [unschedulable(pod(job, "worker", i, phase="Pending", backend=backend)) for i in range(2)]
+    obs = replace(obs, pods=stuck)
+    p = run(job, obs, backend)
+    c = st.get_condition(p.status, waiting.WAITING)
+    assert c is not None and c["status"] == "True" and c["reason"] == "Unschedulable"
+    names = sorted(x["metadata"]["name"] for x in stuck)
+    assert f"pods {', '.join(names)} cannot be scheduled; the scheduler: {SCHED_MSG}" == c["message"]
+    assert st.conditions_of(p.status)[-1]["type"] == st.CREATED  # the State column
+    assert [e.reason for e in p.events] == ["Unschedulable"]
+    job, obs = apply_plan(job, obs, p)
+    # steady state: the scheduler retries with other words, nothing is written
+    reworded = [with_status(x, conditions=[{**x["status"]["conditions"][0], "message": "0/4 nodes are available"}])
+                for x in stuck]
+    again = run(job, replace(obs, pods=reworded), backend, now=at(30))
+    assert again.writes == 0 and not again.events
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_image_pull_backoff_flip_writes_nothing(backend):
+    job, obs = _started(backend)
+    w0 = pod(job, "worker", 0, phase="Pending", backend=backend)
+    pulled = [waiting_c(w0, "ErrImagePull", "rpc error: not found"), waiting_c(w0, "ImagePullBackOff", "Back-off")]
+    p = run(job, replace(obs, pods=[pulled[0]]), backend)
+    assert st.get_condition(p.status, waiting.WAITING)["reason"] == "ImagePullFailed"
+    job, obs = apply_plan(job, obs, p)
+    for i in range(4):
+        assert run(job, replace(obs, pods=[pulled[i % 2]]), backend, now=at(10 * i)).writes == 0
+
+
+def test_explain_backoff_first_then_the_kubelet_words_once():
+    job, obs = _started("job")
+    w0 = pod(job, "worker", 0, phase="Pending")
+    p = run(job, replace(obs, pods=[waiting_c(w0, "ImagePullBackOff", "Back-off")]))
+    job, obs = apply_plan(job, obs, p)
+    p = run(job, replace(obs, pods=[waiting_c(w0, "ErrImagePull", "not found")]))
+    assert "ErrImagePull: not found" in st.get_condition(p.status, waiting.WAITING)["message"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_clears_with_running_in_one_write(backend):
+    job, obs = _started(backend)
+    stuck = [unschedulable(pod(job, "worker", i, phase="Pending", backend=backend)) for i in range(2)]
+    job, obs = apply_plan(job, obs, run(job, replace(obs, pods=stuck), backend))
+    ready = [_worker(job, i, backend, phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+             for i in range(2)]
+    launcher = with_status(pod(job, "launcher"), phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    obs = replace(obs, pods=[launcher, *ready], launcher=with_status(obs.launcher, active=1, ready=1))
+    p = run(job, obs, backend)
+    assert st.is_true(p.status, st.RUNNING) and st.get_condition(p.status, waiting.WAITING) is None
+    assert not [e for e in p.events if e.type == "Warning"]  # (the same status write, no extra Event)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_normal_start_never_writes_waiting(backend):
+    job, obs = _started(backend)
+    # pods being created, scheduled and started: nothing reported, nothing slow yet
+    pending = [_worker(job, i, backend, phase="Pending") for i in range(2)]
+    p = run(job, replace(obs, pods=pending), backend, now=at(20))
+    assert st.get_condition(p.status or job["status"], waiting.WAITING) is None and p.writes == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_worker_not_ready_only_after_it_lasted(backend):
+    job, obs = _started(backend)
+    since = "2025-01-01T12:00:00Z"
+    not_ready = [on_node(_worker(job, i, backend, phase="Running", conditions=[
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "False", "lastTransitionTime": since}])) for i in range(2)]
+    obs = replace(obs, pods=not_ready)
+    early = run(job, obs, backend, now=at(20))
+    assert st.get_condition(early.status, waiting.WAITING) is None and not early.events  # (counts only)
+    assert early.requeue_after == pytest.approx(waiting.SLOW_AFTER_S - 20)
+    late = run(job, obs, backend, now=at(waiting.SLOW_AFTER_S + 1))
+    c = st.get_condition(late.status, waiting.WAITING)
+    assert c["reason"] == "WorkerNotReady" and f"runs but is not Ready since {since}" in c["message"]
+    assert "worker pi-worker-0" in c["message"] and "node n1" in c["message"]
+
+
+def test_explain_wait_for_workers_ready_names_the_workers():
+    job = mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"})
+    job, obs, _ = converge(job)
+    assert obs.launcher is None
+    ready = _worker(job, 0, "job", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    pending = _worker(job, 1, "job", phase="Pending")
+    obs = replace(obs, pods=[ready, pending])
+    early = run(job, obs, now=NOW)
+    assert st.get_condition(early.status, waiting.WAITING) is None and early.requeue_after == waiting.SLOW_AFTER_S
+    p = run(job, obs, now=at(waiting.SLOW_AFTER_S + 5))
+    c = st.get_condition(p.status, waiting.WAITING)
+    assert c["reason"] == "WaitingForWorkers" and c["message"].endswith("not Ready: pi-worker-1")
+
+
+def test_explain_suspended_or_finished_drops_waiting():
+    job, obs = _started("job")
+    stuck = [unschedulable(pod(job, "worker", 0, phase="Pending"))]
+    job, obs = apply_plan(job, obs, run(job, replace(obs, pods=stuck)))
+    assert st.get_condition(job["status"], waiting.WAITING) is not None
+    job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "suspend": True}
+    p = run(job, replace(obs, pods=stuck))
+    assert st.get_condition(p.status, waiting.WAITING) is None
