@@ -19,6 +19,7 @@ from __future__ import annotations
 from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.explain import pods
 from reconcilers.failure import evidence, messages, retries, workerloss
 from reconcilers.refusal import Refusal
 
@@ -127,16 +128,7 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
     if not failed:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    pst = pod.get("status") or {}
-    reason, message = pst.get("reason"), pst.get("message")
-    for cs in pst.get("containerStatuses") or []:
-        term = ((cs or {}).get("state") or {}).get("terminated") or {}
-        if term:
-            reason = reason or term.get("reason")
-            message = message or f"exit code {term.get('exitCode')}"
-            break
-    name = (pod.get("metadata") or {}).get("name", "?")
-    return f" (last launcher pod {name}: {reason or 'Failed'}{': ' + message if message else ''})"
+    return f" (last launcher {pods.where(pod)}: it {pods.end(pod)})"  # reconcilers/explain/pods.py
 
 
 def deadline(ctx: JobContext, draft: Draft) -> None:

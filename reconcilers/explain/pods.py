@@ -89,9 +89,7 @@ def quote(text: object) -> str:
 
 def who(pod: Obj) -> str:
     """'worker pi-worker-1 (pod pi-worker-1, node n1)': the pod's role and hostname, name and node."""
-    role = desired.pod_role(pod) or "pod"
-    where = f"pod {pod_name(pod)}" + (f", node {node(pod)}" if node(pod) else "")
-    return f"{role} {desired.pod_hostname(pod)} ({where})"
+    return f"{desired.pod_role(pod) or 'pod'} {desired.pod_hostname(pod)} ({where(pod)})"
 
 
 def condition(pod: Obj, ctype: str) -> Obj | None:
@@ -194,8 +192,8 @@ def _config_volumes(pod: Obj) -> str:
 
 def termination(pod: Obj, container: str, term: Obj) -> str:
     """One container's end as the kubelet recorded it: 'was OOMKilled (limit 512Mi; container sshd,
-    exit code 137)', 'was killed by signal 9 (SIGKILL; container c, exit code 137)', 'exited with
-    code 1 (container c)', 'could not start container c (StartError: ...)'."""
+    exit code 137)', 'ended with exit code 137 (signal 9, SIGKILL; container c)', 'ended with
+    exit code 1 (container c)', 'could not start container c (StartError: ...)'."""
     reason, code = term.get("reason") or "", term.get("exitCode")
     said = quote(term.get("message"))
     code_text = f", exit code {code}" if isinstance(code, int) else ""
@@ -205,12 +203,12 @@ def termination(pod: Obj, container: str, term: Obj) -> str:
     if reason in ("StartError", "ContainerCannotRun"):
         return f"could not start container {container} ({reason}" + (f": {said})" if said else ")")
     signal = term.get("signal") if isinstance(term.get("signal"), int) else (
-        code - 128 if isinstance(code, int) and code > 128 else None)
+        code - 128 if isinstance(code, int) and code - 128 in SIGNALS else None)
     if signal:
         name = SIGNALS.get(signal, "")
-        return f"was killed by signal {signal} ({name + '; ' if name else ''}container {container}{code_text})"
+        return f"ended with exit code {code} (signal {signal}{', ' + name if name else ''}; container {container})"
     extra = f", {reason}" if reason and reason not in ("Error", "Completed") else ""
-    out = f"exited with code {code if isinstance(code, int) else '?'} (container {container}{extra})"
+    out = f"ended with exit code {code if isinstance(code, int) else '?'} (container {container}{extra})"
     return out + (f": {said}" if said else "")
 
 
@@ -231,7 +229,7 @@ def end(pod: Obj) -> str:
     if term is not None:
         return termination(pod, *term)
     if _meta(pod).get("deletionTimestamp"):
-        return "was deleted"
+        return "was lost (deleted)"
     ready = condition(pod, "Ready")
     if ready is not None and ready.get("reason") == "NodeNotReady":
         return "lost its node (NodeNotReady)"
@@ -253,3 +251,31 @@ def last_termination(pod: Obj) -> tuple[str, Obj] | None:
 def ended_text(pod: Obj) -> str:
     """'worker pi-worker-1 (pod ..., node ...) was OOMKilled (limit 512Mi; ...)'."""
     return f"{who(pod)} {end(pod)}"
+
+
+def run_detail(pod: Obj, exit_code: int | None) -> str:
+    """What the kubelet recorded of the run of `pod` that exited with `exit_code`, beyond the code:
+    'OOMKilled: limit 64Mi, container launcher', 'signal 9, SIGKILL', 'StartError: ...'; '' for a
+    plain exit (or when the pod no longer says)."""
+    for cs in _container_statuses(pod):
+        for state in ("state", "lastState"):
+            term = (cs.get(state) or {}).get("terminated") or {}
+            if term and term.get("exitCode") == exit_code:
+                return _detail(pod, str(cs.get("name") or "?"), term)
+    return ""
+
+
+def _detail(pod: Obj, container: str, term: Obj) -> str:
+    reason, code, said = term.get("reason") or "", term.get("exitCode"), quote(term.get("message"))
+    if reason == "OOMKilled":
+        limit = memory_limit(pod, container)
+        return f"OOMKilled: {f'limit {limit}' if limit else 'no memory limit'}, container {container}"
+    if reason in ("StartError", "ContainerCannotRun"):
+        return f"{reason}: {said}" if said else reason
+    signal = isinstance(code, int) and code - 128 in SIGNALS
+    return f"signal {code - 128}, {SIGNALS[code - 128]}" if signal else ""
+
+
+def where(pod: Obj) -> str:
+    """'pod P, node N' (the node when known)."""
+    return f"pod {pod_name(pod)}" + (f", node {node(pod)}" if node(pod) else "")

@@ -63,7 +63,7 @@ W1 = pod(JOB, "worker", 1, phase="Pending", backend="statefulset")
     (waiting_c(W1, "CreateContainerConfigError", 'secret "creds" not found'), "ContainerConfigError",
      ["container worker cannot be created", 'CreateContainerConfigError: secret "creds" not found']),
     (crash_looping(W1), "CrashLoopBackOff",
-     ["container worker keeps failing: its last run exited with code 1 (container worker)"]),
+     ["container worker keeps failing: its last run ended with exit code 1 (container worker)"]),
     (crash_looping(W1, 137, "OOMKilled"), "CrashLoopBackOff", ["was OOMKilled (limit 512Mi"]),
 ])
 def test_explain_pod_hold_quotes_the_component(the_pod, reason, says):
@@ -92,8 +92,8 @@ def test_explain_pod_hold_none_when_nothing_is_reported(the_pod):
 @pytest.mark.parametrize("the_pod, says", [
     (terminated(W1, 137, "OOMKilled"),
      "worker pi-worker-1 (pod pi-worker-1, node n1) was OOMKilled (limit 512Mi; container worker, exit code 137)"),
-    (terminated(W1, 139), "was killed by signal 11 (SIGSEGV; container worker, exit code 139)"),
-    (terminated(W1, 1), "exited with code 1 (container worker)"),
+    (terminated(W1, 139), "ended with exit code 139 (signal 11, SIGSEGV; container worker)"),
+    (terminated(W1, 1), "ended with exit code 1 (container worker)"),
     (terminated(W1, 128, "StartError", message="exec: \"sshd\": not found"),
      'could not start container worker (StartError: exec: "sshd": not found)'),
     (with_status(on_node(W1), phase="Failed", reason="Evicted",
