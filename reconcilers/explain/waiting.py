@@ -16,9 +16,12 @@ once: the message stays as written while the same cause holds the same pods (its
 when the component rewords it (the kubelet alternates ErrImagePull and ImagePullBackOff, the
 scheduler recounts nodes); no time or counter in it changes between looks.
 
-State column: `Waiting` goes before the True conditions (as the condition-order policy puts a type
-it does not know, docs/architecture.md section 6.5), so the last condition, the State, stays
-Created or Restarting, and clients that read Created/Running/... by type see them unchanged.
+State column: the last condition is the MPIJob's state (docs/architecture.md section 6.5). `Waiting`
+goes after Created and WaitingForGang and before the stronger ones (Blocked, Running, Restarting,
+Suspended, Succeeded, Failed), as the condition-order policy orders it (manifests/admission/): an
+MPIJob held reads `Waiting` with its reason beside it (the CRD's Reason column; -o wide: the
+message), one that restarts still reads `Restarting`. It is a type of its own: clients that read
+Created/Running/Restarting/Suspended/Succeeded/Failed by type see them as upstream writes them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ R_WAITING_FOR_WORKERS = "WaitingForWorkers"
 # start on a busy cluster takes seconds to tens of seconds, and saying it then would be a write more
 # per MPIJob for nothing (docs/architecture.md section 7).
 SLOW_AFTER_S = 60.0
+# The True conditions that outrank Waiting as the MPIJob's state (the condition-order policy's order,
+# manifests/admission/): Waiting goes before them, after Created and WaitingForGang.
+STRONGER = ("Blocked", status.RUNNING, status.RESTARTING, status.SUSPENDED, status.SUCCEEDED, status.FAILED)
 # Pods named in one message at most (the scheduler's word is the same for all of them).
 NAMED_MAX = 5
 
@@ -56,7 +62,7 @@ def sync(ctx: JobContext, draft: Draft, active: bool) -> None:
         return
     message = f"{hold.subject}; {hold.detail}" if hold.detail else hold.subject
     draft.condition(WAITING, "True", hold.reason, message)
-    status.before_the_true_ones(draft.status, WAITING)
+    status.before_the_true_ones(draft.status, WAITING, STRONGER)
     draft.event("Warning", hold.reason, f"MPIJob {ctx.key} is not running: {message}")
 
 

@@ -136,7 +136,7 @@ def test_explain_unschedulable_names_the_pods_once_and_keeps_the_state(backend):
     assert c is not None and c["status"] == "True" and c["reason"] == "Unschedulable"
     names = sorted(x["metadata"]["name"] for x in stuck)
     assert f"pods {', '.join(names)} cannot be scheduled; the scheduler: {SCHED_MSG}" == c["message"]
-    assert st.conditions_of(p.status)[-1]["type"] == st.CREATED  # the State column
+    assert st.conditions_of(p.status)[-1]["type"] == waiting.WAITING  # the State column, Reason beside it
     assert [e.reason for e in p.events] == ["Unschedulable"]
     job, obs = apply_plan(job, obs, p)
     # steady state: the scheduler retries with other words, nothing is written
@@ -229,3 +229,22 @@ def test_explain_suspended_or_finished_drops_waiting():
     job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "suspend": True}
     p = run(job, replace(obs, pods=stuck))
     assert st.get_condition(p.status, waiting.WAITING) is None
+
+
+def test_explain_restarting_outranks_waiting_in_the_state_column():
+    status = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Restarting", "status": "True"},
+                             {"type": "Waiting", "status": "True"}]}
+    st.before_the_true_ones(status, waiting.WAITING, waiting.STRONGER)
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Waiting", "Restarting"]
+
+
+def test_explain_crd_columns_show_reason_and_wide_message():
+    import yaml
+
+    from testsupport.paths import ROOT
+    crd = yaml.safe_load((ROOT / "manifests" / "crd" / "kubeflow.org_mpijobs.yaml").read_text())
+    cols = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert cols["Reason"]["jsonPath"] == ".status.conditions[-1:].reason" and "priority" not in cols["Reason"]
+    assert cols["Message"]["jsonPath"] == ".status.conditions[-1:].message" and cols["Message"]["priority"] == 1
+    policy = (ROOT / "manifests" / "admission" / "condition_order_policy.yaml").read_text()
+    assert "'Created', 'Waiting', 'WaitingForGang'" in policy
