@@ -17,7 +17,7 @@ import structlog
 
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import MPIJOBS, NETWORKPOLICIES, resource_for
-from controller import evidence, logs, metrics, sshkeys
+from controller import evidence, explain_metrics, logs, metrics, sshkeys
 from controller.config import Options
 from controller.executor import (
     Executor,
@@ -334,6 +334,8 @@ class MPIJobController(InformerWiring):
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
+            if not result.stopped:
+                explain_metrics.record(mpijob, plan.events, self.now())  # why and how long (issue 51)
         if not result.stopped:
             self._record_progress(key, mpijob, plan.status)
         return result

@@ -248,3 +248,49 @@ def test_explain_crd_columns_show_reason_and_wide_message():
     assert cols["Message"]["jsonPath"] == ".status.conditions[-1:].message" and cols["Message"]["priority"] == 1
     policy = (ROOT / "manifests" / "admission" / "condition_order_policy.yaml").read_text()
     assert "'Created', 'Waiting', 'WaitingForGang'" in policy
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message, cause", [
+    ("MPIJob ns/pi is restarting: worker pi-worker-1 (pod pi-worker-1, node n1) was OOMKilled (limit 512Mi; "
+     "container worker, exit code 137); the launcher Job retries", "OOMKilled"),
+    ("MPIJob ns/pi is restarting: launcher attempt 1 (pod p) failed: exit code 1 after worker pi-worker-0 (pod x) "
+     "was evicted by the kubelet: The node was low on resource: memory.", "Evicted"),
+    ("BackoffLimitExceeded: ... last: attempt 1 (pod p) exit code 139 (signal 11, SIGSEGV)", "Signal"),
+    ("worker w (pod x, node n) lost its node (deleted by the taint manager) (DeletionByTaintManager: ...)", "NodeLost"),
+    ("DeadlineExceeded: MPIJob ns/pi ran longer than runPolicy.activeDeadlineSeconds (60s)", "DeadlineExceeded"),
+    ("PermanentExitCode3: MPIJob ns/pi has failed: the launcher exited with code 3", "ExitCode"),
+    ("restarting: worker pi-worker-0 (pod p) was lost (deleted); the launcher Job retries", "WorkerLost"),
+    ("ChildRefused: the API server refused ...", "Other"),
+])
+def test_explain_failure_cause_is_one_of_a_bounded_set(message, cause):
+    from reconcilers.explain import causes
+    assert causes.classify(message) == cause and cause in causes.REASONS
+
+
+def test_explain_metrics_count_causes_and_time_to_running():
+    from controller import explain_metrics, metrics
+    from reconcilers.types import Event
+
+    def value(metric, *labels):
+        return metric.labels(*labels)._value.get()
+
+    job = {"metadata": {"creationTimestamp": "2025-01-01T11:59:00Z"}, "status": {"conditions": [
+        {"type": "Created", "status": "True"}]}}
+    before = value(metrics.failures, "OOMKilled")
+    explain_metrics.record(job, [Event("Warning", "MPIJobRestarting", "worker w (pod p) was OOMKilled (limit 1Gi)")],
+                           NOW)
+    assert value(metrics.failures, "OOMKilled") == before + 1
+    waits_before = value(metrics.waits, "ImagePullFailed")
+    explain_metrics.record(job, [Event("Warning", "ImagePullFailed", "...")], NOW)
+    assert value(metrics.waits, "ImagePullFailed") == waits_before + 1
+    first = metrics.creation_to_running._sum.get()
+    explain_metrics.record(job, [Event("Normal", "MPIJobRunning", "running")], NOW)
+    assert metrics.creation_to_running._sum.get() == first + 60
+    restarted = {**job, "status": {"conditions": [
+        {"type": "Restarting", "status": "True", "lastTransitionTime": "2025-01-01T11:59:30Z"}]}}
+    again = metrics.restart_to_running._sum.get()
+    explain_metrics.record(restarted, [Event("Normal", "MPIJobRunning", "running")], NOW)
+    assert metrics.restart_to_running._sum.get() == again + 30 and metrics.creation_to_running._sum.get() == first + 60
