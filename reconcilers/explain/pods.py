@@ -279,3 +279,15 @@ def _detail(pod: Obj, container: str, term: Obj) -> str:
 def where(pod: Obj) -> str:
     """'pod P, node N' (the node when known)."""
     return f"pod {pod_name(pod)}" + (f", node {node(pod)}" if node(pod) else "")
+
+
+def restarted_since(pod: Obj, since: str) -> bool:
+    """A container of the pod failed and was restarted in place at or after `since` (an RFC 3339
+    time; '' never): a worker lost and back, its pod never ended."""
+    if not since:
+        return False
+    for cs in _container_statuses(pod):
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if last and last.get("exitCode") != 0 and str(last.get("finishedAt") or "") >= since:
+            return True
+    return False

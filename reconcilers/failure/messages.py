@@ -79,7 +79,15 @@ def lost_workers(ctx: JobContext) -> list[str]:
         if disruption(pod) is not None or pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
                 pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             out.append(pods.ended_text(pod))  # its pod, node, container and cause (reconcilers/explain/pods.py)
+        elif pods.restarted_since(pod, _newest_launcher_start(ctx)):
+            out.append(pods.ended_text(pod))  # its container ended and was restarted in place (StatefulSet)
     return out
+
+
+def _newest_launcher_start(ctx: JobContext) -> str:
+    """When the newest launcher pod was created ('' when there is none): a worker's container that
+    ended since then was lost during the current attempt."""
+    return max(((p.get("metadata") or {}).get("creationTimestamp") or "" for p in ctx.pods.launchers), default="")
 
 
 def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:

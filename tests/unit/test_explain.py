@@ -294,3 +294,52 @@ def test_explain_metrics_count_causes_and_time_to_running():
     again = metrics.restart_to_running._sum.get()
     explain_metrics.record(restarted, [Event("Normal", "MPIJobRunning", "running")], NOW)
     assert metrics.restart_to_running._sum.get() == again + 30 and metrics.creation_to_running._sum.get() == first + 60
+
+
+# -- who failed, where, why: through plan() ---------------------------------------------------------
+
+
+def _oom_restarted_worker(job, finished: str) -> dict:
+    """Worker 1 (StatefulSet) whose container was OOMKilled and restarted in place: its pod never ended."""
+    w = on_node(pod(job, "worker", 1, backend="statefulset"))
+    return with_status(w, phase="Running", conditions=[{"type": "Ready", "status": "True"}], containerStatuses=[
+        {"name": "worker", "ready": True, "restartCount": 1, "state": {"running": {}},
+         "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": finished}}}])
+
+
+@pytest.mark.parametrize("finished, named", [("2025-01-01T12:00:20Z", True), ("2025-01-01T11:59:00Z", False)])
+def test_explain_launcher_failure_names_the_worker_oomkilled_in_place(finished, named):
+    """Upstream's issue 90: a worker OOMKilled mid-run showed only as the launcher failing. Its
+    container restarted in place after the launcher pod was created: the Restarting message names
+    it; one that restarted before this attempt began is not this attempt's loss."""
+    from tests.unit.sim import running_state
+    job, obs = running_state(mpijob(run_policy={"backoffLimit": 3}), "statefulset")
+    launcher = with_status(on_node(pod(job, "launcher")), phase="Failed", containerStatuses=[
+        {"name": "launcher", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    launcher["metadata"]["creationTimestamp"] = "2025-01-01T12:00:00Z"
+    worker0 = next(p for p in obs.pods if p["metadata"]["name"] == "pi-worker-0")
+    obs = replace(obs, pods=[launcher, worker0, _oom_restarted_worker(job, finished)],
+                  launcher=with_status(obs.launcher, active=0, ready=0, failed=1))
+    p = run(job, obs, "statefulset", now=at(30))
+    msg = st.get_condition(p.status, st.RESTARTING)["message"]
+    assert "launcher attempt 1 (pod pi-launcher-abc0, node n1) failed: exit code 1" in msg, msg
+    said = "after worker pi-worker-1 (pod pi-worker-1, node n1) was OOMKilled (limit 512Mi; container worker"
+    assert (said in msg) is named, msg
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explain_launcher_oomkilled_backoff_0_failed_names_pod_node_limit(backend):
+    from tests.unit.sim import running_state
+    job, obs = running_state(mpijob(run_policy={"backoffLimit": 0}), backend)
+    launcher = with_status(pod(job, "launcher"), phase="Failed", containerStatuses=[
+        {"name": "launcher", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
+    launcher["spec"].update(nodeName="n2", containers=[{"name": "launcher",
+                                                        "resources": {"limits": {"memory": "64Mi"}}}])
+    workers_now = [p for p in obs.pods if "worker" in p["metadata"]["name"]]
+    obs = replace(obs, pods=[launcher, *workers_now], launcher=with_status(obs.launcher, active=0, ready=0, failed=1))
+    p = run(job, obs, backend, now=at(30))
+    failed = st.get_condition(p.status, st.FAILED)
+    assert failed["reason"] == "BackoffLimitExceeded", p.status
+    assert ("last: attempt 1 (pod pi-launcher-abc0, node n2) exit code 137 (OOMKilled: limit 64Mi, container "
+            "launcher)") in failed["message"], failed
+    assert any("OOMKilled: limit 64Mi" in e.message for e in p.events if e.reason == "MPIJobFailed")
