@@ -228,6 +228,9 @@ def end(pod: Obj) -> str:
     term = last_termination(pod)
     if term is not None:
         return termination(pod, *term)
+    if st.get("reason") or st.get("phase") == "Failed":  # the kubelet's own (OutOfcpu, NodeAffinity, Shutdown, ...)
+        said = quote(st.get("message"))
+        return f"failed ({st.get('reason') or 'Failed'}{': ' + said if said else ''})"
     if _meta(pod).get("deletionTimestamp"):
         return "was lost (deleted)"
     ready = condition(pod, "Ready")
