@@ -128,7 +128,7 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
     if not failed:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    return f" (last launcher {pods.where(pod)}: it {pods.end(pod)})"  # reconcilers/explain/pods.py
+    return f" (last launcher {pods.where(pod)}: it {pods.end(pods.with_template(pod, ctx.job))})"  # explain/pods.py
 
 
 def deadline(ctx: JobContext, draft: Draft) -> None:

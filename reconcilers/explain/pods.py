@@ -103,12 +103,29 @@ def _container_statuses(pod: Obj) -> list[Obj]:
             if isinstance(cs, dict)]
 
 
-def memory_limit(pod: Obj, container: str) -> str | None:
+def with_template(pod: Obj, mpijob: Obj) -> Obj:
+    """The pod with what its cached copy leaves out (informers/transforms.py slim_pod keeps no
+    containers or volumes) taken from its replica's template in the MPIJob: images, memory limits,
+    volumes. What the pod's own spec has wins."""
+    role = "Launcher" if desired.pod_role(pod) == names.ROLE_LAUNCHER else "Worker"
+    replica = (((mpijob.get("spec") or {}).get("mpiReplicaSpecs") or {}).get(role) or {})
+    template = (replica.get("template") or {}).get("spec") or {}
+    return {**pod, "spec": {**template, **(pod.get("spec") or {})}} if template else pod
+
+
+def _spec_container(pod: Obj, name: str) -> Obj:
     spec = pod.get("spec") or {}
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        if isinstance(c, dict) and c.get("name") == container:
-            return ((c.get("resources") or {}).get("limits") or {}).get("memory")
-    return None
+    return next((c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                 if isinstance(c, dict) and c.get("name") == name), {})
+
+
+def _image(pod: Obj, container: str, cs: Obj) -> str:
+    """The image as the template names it (the status leaves it empty while it is not pulled)."""
+    return str(_spec_container(pod, container).get("image") or cs.get("image") or "?")
+
+
+def memory_limit(pod: Obj, container: str) -> str | None:
+    return ((_spec_container(pod, container).get("resources") or {}).get("limits") or {}).get("memory")
 
 
 # -- what holds a pod -------------------------------------------------------------------------------
@@ -126,7 +143,7 @@ def hold(pod: Obj) -> Hold | None:
         reason, said = waiting.get("reason"), quote(waiting.get("message"))
         cname = cs.get("name") or "?"
         if reason in IMAGE_REASONS:
-            return Hold(R_IMAGE, f"{who(pod)}: container {cname} cannot pull image {cs.get('image') or '?'}",
+            return Hold(R_IMAGE, f"{who(pod)}: container {cname} cannot pull image {_image(pod, cname, cs)}",
                         f"the kubelet: {reason}" + (f": {said}" if said else ""), backoff=reason in BACKOFF_REASONS)
         if reason in CONFIG_REASONS:
             return Hold(R_CONFIG, f"{who(pod)}: container {cname} cannot be created",

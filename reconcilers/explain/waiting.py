@@ -81,8 +81,9 @@ def _quotes_backoff(message: str) -> bool:
 
 def first_hold(ctx: JobContext, st: Obj) -> tuple[Hold | None, float | None]:
     """(the first thing that holds the MPIJob, or None; seconds until a slow cause is due, or None)."""
-    candidates = [*ctx.pods.workers, *ctx.pods.launchers]
-    live = [p for p in candidates if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    candidates = [p for p in [*ctx.pods.workers, *ctx.pods.launchers] if not (p.get("metadata") or {}).get(
+        "deletionTimestamp")]
+    live = [pods.with_template(p, ctx.job) for p in candidates]  # images, limits, volumes: the cache has none
     reported = [(p, h) for p in live if (h := pods.hold(p)) is not None]
     unschedulable = [p for p, h in reported if h.reason == pods.R_UNSCHEDULABLE]
     if unschedulable:

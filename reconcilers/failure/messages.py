@@ -59,7 +59,7 @@ def described(ctx: JobContext, f: Failure) -> tuple[str, str]:
     if pod is None or not f.cause.startswith("exit code"):
         return f"pod {f.pod}", f.cause
     base, sep, rest = f.cause.partition("; ")
-    detail = pods.run_detail(pod, f.exit_code)
+    detail = pods.run_detail(pods.with_template(pod, ctx.job), f.exit_code)
     return pods.where(pod), (f"exit code {f.exit_code} ({detail})" if detail else base) + sep + rest
 
 
@@ -78,9 +78,9 @@ def lost_workers(ctx: JobContext) -> list[str]:
     for pod in [*ctx.pods.workers, *gone]:
         if disruption(pod) is not None or pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
                 pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            out.append(pods.ended_text(pod))  # its pod, node, container and cause (reconcilers/explain/pods.py)
+            out.append(pods.ended_text(pods.with_template(pod, ctx.job)))  # reconcilers/explain/pods.py
         elif pods.restarted_since(pod, _newest_launcher_start(ctx)):
-            out.append(pods.ended_text(pod))  # its container ended and was restarted in place (StatefulSet)
+            out.append(pods.ended_text(pods.with_template(pod, ctx.job)))  # its container restarted in place
     return out
 
 

@@ -343,3 +343,25 @@ def test_explain_launcher_oomkilled_backoff_0_failed_names_pod_node_limit(backen
     assert ("last: attempt 1 (pod pi-launcher-abc0, node n2) exit code 137 (OOMKilled: limit 64Mi, container "
             "launcher)") in failed["message"], failed
     assert any("OOMKilled: limit 64Mi" in e.message for e in p.events if e.reason == "MPIJobFailed")
+
+
+def test_explain_cached_pod_takes_image_limit_and_volumes_from_the_template():
+    """The pod cache keeps no containers or volumes (informers/transforms.py slim_pod): the image, the
+    memory limit and the volumes named come from the MPIJob's template."""
+    from informers.transforms import slim_pod
+    job = mpijob()
+    tmpl = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    tmpl["containers"][0]["resources"] = {"limits": {"memory": "96Mi"}}
+    tmpl["volumes"] = [{"name": "v", "secret": {"secretName": "creds"}}]
+    image = tmpl["containers"][0]["image"]
+    w = slim_pod(dict(pod(job, "worker", 1, backend="statefulset"), spec={"nodeName": "n1", **tmpl}))
+    assert "containers" not in w["spec"]
+    pulled = pods.with_template(with_status(w, phase="Pending", containerStatuses=[
+        {"name": "worker", "image": "", "state": {"waiting": {"reason": "ErrImagePull", "message": "x"}}}]), job)
+    assert f"cannot pull image {image}" in pods.hold(pulled).subject
+    w["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "worker", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+    assert "was OOMKilled (limit 96Mi" in pods.ended_text(pods.with_template(w, job))
+    w["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True",
+                                                       "lastTransitionTime": "2025-01-01T12:00:00Z"}]}
+    assert "it mounts secret creds" in pods.slow(pods.with_template(w, job)).detail
