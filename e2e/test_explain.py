@@ -113,8 +113,9 @@ def test_explain_secret_volume_that_does_not_exist(kubectl, operator, namespace,
 @pytest.mark.realnode
 @pytest.mark.parametrize("backend", ["statefulset"])  # the Job backend's workers do not restart in place
 def test_explain_worker_sshd_exits_1_at_start(kubectl, operator, namespace, backend, image):
-    """StatefulSet backend (its pods restart in place): CrashLoopBackOff with the last exit code."""
-    job = _pi("crash", image, worker_command=["sh", "-c", "exit 1"])
+    """StatefulSet backend (its pods restart in place): CrashLoopBackOff with the last exit code, while
+    the launcher waits for the workers (WaitForWorkersReady)."""
+    job = _pi("crash", image, worker_command=["sh", "-c", "exit 1"], policy="WaitForWorkersReady", backoff=3)
     apply(kubectl, namespace, job)
     c = _waiting(kubectl, namespace, "crash", "CrashLoopBackOff", timeout=150)
     assert "container worker keeps failing: its last run ended with exit code 1 (container worker)" in c["message"], c
