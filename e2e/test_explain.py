@@ -14,7 +14,7 @@ import pytest
 from testsupport.builders import simulated_mpijob
 from testsupport.kubectl import apply, get, items
 from testsupport.paths import CLUSTER_DIR
-from testsupport.realnode_mpi import SSHD, load_images, mpijob, pods
+from testsupport.realnode_mpi import SSHD, launcher_logs, load_images, mpijob, pods
 from testsupport.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -145,9 +145,11 @@ def test_explain_launcher_oomkilled_backoff_0(kubectl, operator, namespace, back
 def test_explain_worker_oomkilled_mid_run(kubectl, operator, namespace, backend, image):
     """Worker 1 grows past its memory limit while the ranks compute: the Restarting message names it,
     its pod and node, OOMKilled and the limit."""
-    grow = ('case "$(hostname)" in *-worker-1) (sleep 20; tail /dev/zero) & ;; esac; exec '
-            + " ".join(SSHD))
-    job = mpijob("woom", "openmpi4", image, backoff=1, worker_command=["sh", "-c", grow],
+    # worker 1's main process grows past the limit 20 s in (its sshd beside it serves the ranks till then)
+    sshd = " ".join(SSHD)
+    grow = f'case "$(hostname)" in *-worker-1) {sshd} & sleep 20; exec tail /dev/zero;; *) exec {sshd};; esac'
+
+    job = mpijob("woom", "openmpi4", image, backoff=3, worker_command=["sh", "-c", grow], policy="WaitForWorkersReady",
                  args=["mpirun", "-n", "4", "--hostfile", "/etc/mpi/hostfile", "/opt/pi", "60000000000"])
     _worker_container(job)["resources"] = {"requests": {"cpu": "100m", "memory": "32Mi"},
                                            "limits": {"memory": "96Mi"}}
@@ -157,5 +159,8 @@ def test_explain_worker_oomkilled_mid_run(kubectl, operator, namespace, backend,
         msgs = [*_warnings(kubectl, namespace, "woom", "MPIJobRestarting"),
                 *(c.get("message", "") for c in _yaml_conditions(kubectl, namespace, "woom").values())]
         return [m for m in msgs if "worker woom-worker-1 (pod " in m and "OOMKilled" in m]
-    found = wait_until(named, 240, 1.0, what="the OOMKilled worker named")
+    try:
+        found = wait_until(named, 240, 1.0, what="the OOMKilled worker named")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{launcher_logs(kubectl, namespace, 'woom')[-3000:]}") from None
     assert any("node realnode" in m and "limit 96Mi" in m for m in found), found
