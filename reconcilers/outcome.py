@@ -19,7 +19,7 @@ from __future__ import annotations
 from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.explain import pods
+from reconcilers.explain import ends, facts
 from reconcilers.failure import evidence, messages, retries, workerloss
 from reconcilers.refusal import Refusal
 
@@ -128,7 +128,7 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
     if not failed:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    return f" (last launcher {pods.where(pod)}: it {pods.end(pods.with_template(pod, ctx.job))})"  # explain/pods.py
+    return f" (last launcher {facts.where(pod)}: it {ends.end(facts.with_template(pod, ctx.job))})"  # explain/ends.py
 
 
 def deadline(ctx: JobContext, draft: Draft) -> None:

@@ -1,6 +1,6 @@
 """The cause of a failure as one word of a bounded set, for the metric `mpi_operator_failures`
 (controller/metrics.py; docs/operations.md, "Metrics"): read from the Restarting or Failed message
-that reconcilers/explain/pods.py and reconcilers/failure/messages.py wrote. Pure.
+that reconcilers/explain/ends.py and reconcilers/failure/messages.py wrote. Pure.
 
 The first cause in CAUSES that the message tells wins: a launcher that failed after a worker was
 OOMKilled counts as OOMKilled, the root of it, not as the launcher's exit code.

@@ -29,7 +29,7 @@ from __future__ import annotations
 from reconcilers import desired, names, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.explain import pods
+from reconcilers.explain import facts, pods
 from reconcilers.explain.pods import Hold
 from reconcilers.gang import podgroup
 from reconcilers.types import Obj
@@ -83,7 +83,7 @@ def first_hold(ctx: JobContext, st: Obj) -> tuple[Hold | None, float | None]:
     """(the first thing that holds the MPIJob, or None; seconds until a slow cause is due, or None)."""
     candidates = [p for p in [*ctx.pods.workers, *ctx.pods.launchers] if not (p.get("metadata") or {}).get(
         "deletionTimestamp")]
-    live = [pods.with_template(p, ctx.job) for p in candidates]  # images, limits, volumes: the cache has none
+    live = [facts.with_template(p, ctx.job) for p in candidates]  # images, limits, volumes: the cache has none
     reported = [(p, h) for p in live if (h := pods.hold(p)) is not None]
     unschedulable = [p for p, h in reported if h.reason == pods.R_UNSCHEDULABLE]
     if unschedulable:
@@ -109,7 +109,7 @@ def _unschedulable(stuck: list[Obj], first: Hold | None) -> Hold:
     """All the pods the scheduler cannot place, named, with its words for the first of them."""
     if len(stuck) == 1 and first is not None:
         return first
-    named = sorted(pods.pod_name(p) for p in stuck)
+    named = sorted(facts.pod_name(p) for p in stuck)
     more = f" and {len(named) - NAMED_MAX} more" if len(named) > NAMED_MAX else ""
     return Hold(pods.R_UNSCHEDULABLE, f"pods {', '.join(named[:NAMED_MAX])}{more} cannot be scheduled",
                 first.detail if first is not None else "")

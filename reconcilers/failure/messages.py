@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from reconcilers.context import JobContext
-from reconcilers.explain import pods
+from reconcilers.explain import ends, facts
 from reconcilers.failure.restartpolicy import EXIT_CODE, backoff_limit, launcher_policy
 from reconcilers.failure.retries import (
     Accounts,
@@ -54,13 +54,13 @@ def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int,
 
 def described(ctx: JobContext, f: Failure) -> tuple[str, str]:
     """('pod P, node N', its cause) of a failed attempt: its exit code with what the kubelet recorded
-    of it, the memory limit of an OOMKilled container, the signal (reconcilers/explain/pods.py)."""
+    of it, the memory limit of an OOMKilled container, the signal (reconcilers/explain/ends.py)."""
     pod = next((p for p in ctx.pods.launchers if name_of(p) == f.pod), None)
     if pod is None or not f.cause.startswith("exit code"):
         return f"pod {f.pod}", f.cause
     base, sep, rest = f.cause.partition("; ")
-    detail = pods.run_detail(pods.with_template(pod, ctx.job), f.exit_code)
-    return pods.where(pod), (f"exit code {f.exit_code} ({detail})" if detail else base) + sep + rest
+    detail = ends.run_detail(facts.with_template(pod, ctx.job), f.exit_code)
+    return facts.where(pod), (f"exit code {f.exit_code} ({detail})" if detail else base) + sep + rest
 
 
 def _in_place_next(ctx: JobContext, f: Failure) -> bool:
@@ -78,9 +78,9 @@ def lost_workers(ctx: JobContext) -> list[str]:
     for pod in [*ctx.pods.workers, *gone]:
         if disruption(pod) is not None or pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
                 pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            out.append(pods.ended_text(pods.with_template(pod, ctx.job)))  # reconcilers/explain/pods.py
-        elif pods.restarted_since(pod, _newest_launcher_start(ctx)):
-            out.append(pods.ended_text(pods.with_template(pod, ctx.job)))  # its container restarted in place
+            out.append(ends.ended_text(facts.with_template(pod, ctx.job)))  # reconcilers/explain/ends.py
+        elif ends.restarted_since(pod, _newest_launcher_start(ctx)):
+            out.append(ends.ended_text(facts.with_template(pod, ctx.job)))  # its container restarted in place
     return out
 
 

@@ -1,5 +1,5 @@
 """Issue 51: every MPIJob explains itself (reconcilers/explain/): why it is not running (the condition
-Waiting), and what ended a pod of it (pods.end)."""
+Waiting), and what ended a pod of it (ends.end)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from reconcilers import status as st
-from reconcilers.explain import pods, waiting
+from reconcilers.explain import ends, facts, pods, waiting
 from tests.unit.sim import BACKENDS, NOW, apply_plan, at, converge, mpijob, pod, run, with_status
 
 SCHED_MSG = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes "
@@ -110,7 +110,7 @@ def test_explain_pod_hold_none_when_nothing_is_reported(the_pod):
      "lost its node (NodeNotReady)"),
 ])
 def test_explain_pod_end_names_pod_node_container_cause(the_pod, says):
-    assert says in pods.ended_text(the_pod)
+    assert says in ends.ended_text(the_pod)
 
 
 # -- the condition Waiting, through plan() ----------------------------------------------------------
@@ -356,12 +356,12 @@ def test_explain_cached_pod_takes_image_limit_and_volumes_from_the_template():
     image = tmpl["containers"][0]["image"]
     w = slim_pod(dict(pod(job, "worker", 1, backend="statefulset"), spec={"nodeName": "n1", **tmpl}))
     assert "containers" not in w["spec"]
-    pulled = pods.with_template(with_status(w, phase="Pending", containerStatuses=[
+    pulled = facts.with_template(with_status(w, phase="Pending", containerStatuses=[
         {"name": "worker", "image": "", "state": {"waiting": {"reason": "ErrImagePull", "message": "x"}}}]), job)
     assert f"cannot pull image {image}" in pods.hold(pulled).subject
     w["status"] = {"phase": "Failed", "containerStatuses": [
         {"name": "worker", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
-    assert "was OOMKilled (limit 96Mi" in pods.ended_text(pods.with_template(w, job))
+    assert "was OOMKilled (limit 96Mi" in ends.ended_text(facts.with_template(w, job))
     w["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True",
                                                        "lastTransitionTime": "2025-01-01T12:00:00Z"}]}
-    assert "it mounts secret creds" in pods.slow(pods.with_template(w, job)).detail
+    assert "it mounts secret creds" in pods.slow(facts.with_template(w, job)).detail
