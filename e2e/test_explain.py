@@ -100,13 +100,13 @@ def test_explain_secret_that_does_not_exist(kubectl, operator, namespace, backen
 @pytest.mark.realnode
 def test_explain_secret_volume_that_does_not_exist(kubectl, operator, namespace, image):
     """A Secret volume that does not exist: the kubelet says so only in its Events (FailedMount), so
-    the condition says, after 60 s, that the containers have not started and which Secret it mounts."""
+    the condition says, after 90 s, that the containers have not started and which Secret it mounts."""
     job = _pi("novol", image)
     spec = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     spec["volumes"] = [{"name": "creds", "secret": {"secretName": "explain-missing-vol"}}]
     _worker_container(job)["volumeMounts"] = [{"name": "creds", "mountPath": "/creds"}]
     apply(kubectl, namespace, job)
-    c = _waiting(kubectl, namespace, "novol", "ContainersNotStarted", timeout=150)
+    c = _waiting(kubectl, namespace, "novol", "ContainersNotStarted", timeout=200)
     assert "has not started its containers since" in c["message"] and "secret explain-missing-vol" in c["message"]
 
 
@@ -117,7 +117,7 @@ def test_explain_worker_sshd_exits_1_at_start(kubectl, operator, namespace, back
     the launcher waits for the workers (WaitForWorkersReady)."""
     job = _pi("crash", image, worker_command=["sh", "-c", "exit 1"], policy="WaitForWorkersReady", backoff=3)
     apply(kubectl, namespace, job)
-    c = _waiting(kubectl, namespace, "crash", "CrashLoopBackOff", timeout=150)
+    c = _waiting(kubectl, namespace, "crash", "CrashLoopBackOff", timeout=200)
     assert "container worker keeps failing: its last run ended with exit code 1 (container worker)" in c["message"], c
     assert "node realnode" in c["message"], c
 

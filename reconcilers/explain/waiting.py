@@ -39,7 +39,7 @@ R_WAITING_FOR_WORKERS = "WaitingForWorkers"
 # What nobody reports (a pod slow to start, a worker not Ready) is said after this long: a normal
 # start on a busy cluster takes seconds to tens of seconds, and saying it then would be a write more
 # per MPIJob for nothing (docs/architecture.md section 7).
-SLOW_AFTER_S = 60.0
+SLOW_AFTER_S = 90.0
 # The True conditions that outrank Waiting as the MPIJob's state (the condition-order policy's order,
 # manifests/admission/): Waiting goes before them, after Created and WaitingForGang.
 STRONGER = ("Blocked", status.RUNNING, status.RESTARTING, status.SUSPENDED, status.SUCCEEDED, status.FAILED)
