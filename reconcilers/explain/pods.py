@@ -99,7 +99,9 @@ def slow(pod: Obj) -> Hold | None:
     if meta(pod).get("deletionTimestamp") or pod_status(pod).get("phase") not in ("Pending", "Running"):
         return None
     sched = condition(pod, "PodScheduled")
-    if pod_status(pod).get("phase") == "Pending" and node(pod) and sched is not None and sched.get("status") == "True":
+    started = any((cs.get("state") or {}).keys() & {"running", "terminated"} for cs in container_statuses(pod))
+    if (pod_status(pod).get("phase") == "Pending" and node(pod) and not started and sched is not None
+            and sched.get("status") == "True"):  # (an init container that runs has started: it waits on purpose)
         since = str(sched.get("lastTransitionTime") or "")
         volumes = _config_volumes(pod)
         return Hold(R_NOT_STARTED, f"{who(pod)} has not started its containers since {since or 'it was scheduled'}",

@@ -365,3 +365,11 @@ def test_explain_cached_pod_takes_image_limit_and_volumes_from_the_template():
     w["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True",
                                                        "lastTransitionTime": "2025-01-01T12:00:00Z"}]}
     assert "it mounts secret creds" in pods.slow(facts.with_template(w, job)).detail
+
+
+def test_explain_an_init_container_that_runs_is_no_slow_start():
+    w = with_status(on_node(W1), phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T12:00:00Z"}])
+    assert pods.slow(w).reason == "ContainersNotStarted"
+    w["status"]["initContainerStatuses"] = [{"name": "wait", "state": {"running": {}}}]
+    assert pods.slow(w) is None
