@@ -26,7 +26,7 @@ Created/Running/Restarting/Suspended/Succeeded/Failed by type see them as upstre
 
 from __future__ import annotations
 
-from reconcilers import desired, names, status
+from reconcilers import children, desired, names, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.explain import facts, pods
@@ -117,7 +117,8 @@ def _unschedulable(stuck: list[Obj], first: Hold | None) -> Hold:
 
 def _waits_for_workers(ctx: JobContext, st: Obj) -> Hold | None:
     """The launcher held back by launcherCreationPolicy WaitForWorkersReady: the workers not Ready."""
-    if ctx.spec.get("launcherCreationPolicy") != "WaitForWorkersReady" or ctx.launcher is not None:
+    if (ctx.spec.get("launcherCreationPolicy") != "WaitForWorkersReady" or ctx.launcher is not None
+            or children.workers_ready(ctx)):  # (the launcher's own gate: it is being created now)
         return None
     count = desired.worker_replicas(ctx.job)
     ready = {desired.pod_hostname(p) for p in ctx.pods.workers if desired.is_pod_ready(p)}

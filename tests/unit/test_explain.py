@@ -373,3 +373,14 @@ def test_explain_an_init_container_that_runs_is_no_slow_start():
     assert pods.slow(w).reason == "ContainersNotStarted"
     w["status"]["initContainerStatuses"] = [{"name": "wait", "state": {"running": {}}}]
     assert pods.slow(w) is None
+
+
+def test_explain_wait_for_workers_ready_uses_the_launchers_own_gate():
+    """The worker Job counts its workers Ready before the pod cache shows them: the launcher is created
+    in this very plan, so nothing waits (found by test_properties: Waiting set, then dropped)."""
+    from tests.unit.sim import workers_ready
+    job = mpijob(spec={"launcherCreationPolicy": "WaitForWorkersReady"})
+    job, obs, _ = converge(job)
+    p = run(job, workers_ready(obs, 2), now=at(waiting.SLOW_AFTER_S + 1))
+    assert any(c.obj["kind"] == "Job" and c.obj["metadata"]["name"] == "pi-launcher" for c in p.creates)
+    assert st.get_condition(p.status, waiting.WAITING) is None
