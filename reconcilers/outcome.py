@@ -16,7 +16,7 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import ownership, refusal, status
+from reconcilers import namewait, ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.explain import ends, facts
@@ -128,7 +128,9 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
     if not failed:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    return f" (last launcher {facts.where(pod)}: it {ends.end(facts.with_template(pod, ctx.job))})"  # explain/ends.py
+    text = ends.end(facts.with_template(pod, ctx.job))  # reconcilers/explain/ends.py
+    init = namewait.init_failure(pod)  # the hosts its init container found no address for
+    return f" (last launcher {facts.where(pod)}: it {text}{'; ' + init if init and init not in text else ''})"
 
 
 def deadline(ctx: JobContext, draft: Draft) -> None:

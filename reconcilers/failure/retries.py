@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reconcilers import desired, diff, names, ownership, status
+from reconcilers import desired, diff, names, namewait, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure.ledger import LEDGER, Ledger, hand_over, job_limit
@@ -195,7 +195,9 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
         attempt, order = f"{name}#{run}", _order(pod, run)
         own = disruption(pod)
         term = ((cs.get("state") or {}).get("terminated") or {})
-        code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
+        # a launcher whose hosts' names never resolved failed in its init container (namewait.py)
+        code, text = _exit(term) if term else (None, namewait.init_failure(pod)
+                                              or (pod.get("status") or {}).get("reason") or "failed")
         if own is not None:
             out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
                                code, order=order, excused=attempt in not_counted))
