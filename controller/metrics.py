@@ -26,3 +26,16 @@ job_not_running_since = Gauge("mpi_operator_job_not_running_since_timestamp_seco
 # about it: "refuse" (not started), "held" (every MPIJob Blocked) or the feature turned off.
 rbac_missing = Gauge("mpi_operator_rbac_missing", "1 per grant the operator's RBAC lacks (found at start-up)",
                      ["verb", "resource", "group", "effect"])
+# Issue 51 (docs/operations.md, "Metrics"): why MPIJobs fail and wait, and how long they take to run.
+# `reason` is one of a bounded set: reconcilers/explain/causes.py REASONS for failures (each Warning
+# Event MPIJobRestarting or MPIJobFailed), the Waiting condition's reasons for waits.
+failures = Counter("mpi_operator_failures", "Launcher attempts failed, workers lost and MPIJobs failed, by cause",
+                   ["reason"])
+waits = Counter("mpi_operator_waits", "Causes that held an MPIJob from running (the condition Waiting), by reason",
+                ["reason"])
+_START_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+creation_to_running = Histogram("mpi_operator_job_creation_to_running_seconds",
+                                "From an MPIJob's creation to its first Running", buckets=_START_BUCKETS)
+restart_to_running = Histogram("mpi_operator_job_restart_to_running_seconds",
+                               "From Restarting (a worker lost, a launcher failed) to Running again",
+                               buckets=_START_BUCKETS)

@@ -18,7 +18,7 @@ import structlog
 
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import MPIJOBS, NETWORKPOLICIES, resource_for
-from controller import logs, metrics, sshkeys
+from controller import explain_metrics, logs, metrics, sshkeys
 from controller.config import Options
 from controller.executor import (
     Executor,
@@ -342,6 +342,8 @@ class MPIJobController(InformerWiring):
                 if ev.reason in EVENT_METRICS:
                     EVENT_METRICS[ev.reason].inc()
                 log.info("event", type=ev.type, reason=ev.reason, message=ev.message)
+            if not result.stopped:
+                explain_metrics.record(mpijob, plan.events, self.now())  # why and how long (issue 51)
         if not result.stopped:
             self._record_progress(key, mpijob, plan.status)
         return result

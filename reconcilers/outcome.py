@@ -19,6 +19,7 @@ from __future__ import annotations
 from reconcilers import namewait, ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.explain import ends, facts
 from reconcilers.failure import evidence, messages, retries, workerloss
 from reconcilers.refusal import Refusal
 
@@ -127,16 +128,9 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
     if not failed:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
-    pst = pod.get("status") or {}
-    reason, message = pst.get("reason"), pst.get("message") or namewait.init_failure(pod)
-    for cs in pst.get("containerStatuses") or []:
-        term = ((cs or {}).get("state") or {}).get("terminated") or {}
-        if term:
-            reason = reason or term.get("reason")
-            message = message or f"exit code {term.get('exitCode')}"
-            break
-    name = (pod.get("metadata") or {}).get("name", "?")
-    return f" (last launcher pod {name}: {reason or 'Failed'}{': ' + message if message else ''})"
+    text = ends.end(facts.with_template(pod, ctx.job))  # reconcilers/explain/ends.py
+    init = namewait.init_failure(pod)  # the hosts its init container found no address for
+    return f" (last launcher {facts.where(pod)}: it {text}{'; ' + init if init and init not in text else ''})"
 
 
 def deadline(ctx: JobContext, draft: Draft) -> None:

@@ -56,6 +56,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
+from reconcilers.explain import waiting
 from reconcilers.failure import messages, retries, workerloss
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
@@ -141,6 +142,7 @@ def _run(inputs: Inputs) -> Plan:
         _suspended(ctx, draft)
     else:
         _active(ctx, draft, accounts)
+    waiting.sync(ctx, draft, active=not (_clash_held(draft) or draft.finished() or suspend))  # why not running
     return draft.finish()
 
 

@@ -120,19 +120,20 @@ def set_condition(status: Obj, ctype: str, cstatus: str, reason: str, message: s
     return transition
 
 
-def before_the_true_ones(status: Obj, ctype: str) -> None:
-    """Moves the condition `ctype`, a record rather than a state, before the True conditions (where the
-    condition-order policy puts a type it does not know, docs/architecture.md section 6.5): the last
-    condition stays the MPIJob's state, with or without the policy."""
-    conds = conditions_of(status)
-    rec = [c for c in conds if c.get("type") == ctype]
-    rest = [c for c in conds if c.get("type") != ctype]
-    at = next((i for i, c in enumerate(rest) if c.get("status") == "True"), len(rest))
-    status["conditions"] = rest[:at] + rec + rest[at:]
-
-
 def remove_condition(status: Obj, ctype: str) -> None:
     status["conditions"] = [c for c in conditions_of(status) if c.get("type") != ctype]
+
+
+def before_the_true_ones(status: Obj, ctype: str, of: tuple[str, ...] | None = None) -> None:
+    """Moves the condition `ctype` before the True conditions (those of the types `of`, all when None),
+    where the condition-order policy puts it (docs/architecture.md section 6.5): the last condition
+    stays the MPIJob's state (the State column), with or without the policy."""
+    conds = conditions_of(status)
+    mine = [c for c in conds if c.get("type") == ctype]
+    rest = [c for c in conds if c.get("type") != ctype]
+    at = next((i for i, c in enumerate(rest) if c.get("status") == "True" and (of is None or c.get("type") in of)),
+              len(rest))
+    status["conditions"] = rest[:at] + mine + rest[at:]
 
 
 def copy_status(mpijob: Obj) -> Obj:

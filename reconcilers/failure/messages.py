@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from reconcilers import desired
 from reconcilers.context import JobContext
+from reconcilers.explain import ends, facts
 from reconcilers.failure import workerexits
 from reconcilers.failure.restartpolicy import EXIT_CODE, backoff_limit, launcher_policy
 from reconcilers.failure.retries import (
@@ -17,7 +17,6 @@ from reconcilers.failure.retries import (
     Failure,
     disrupted_success,
     disruption,
-    disruption_text,
     ended,
     failures,
     name_of,
@@ -49,8 +48,20 @@ def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int,
     how = ("the launcher Job is made afresh" if afresh
            else "the launcher restarts in place" if _in_place_next(ctx, f) else "the launcher Job starts a new pod")
     workers = f" after {', '.join(lost)}" if lost and "disrupted" not in f.cause else ""
-    return (f"MPIJob {ctx.key} is restarting: launcher attempt {attempt_no} (pod {f.pod}) failed: "
-            f"{f.cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, accounts)}; {how}.")
+    where, cause = described(ctx, f)
+    return (f"MPIJob {ctx.key} is restarting: launcher attempt {attempt_no} ({where}) failed: "
+            f"{cause}{workers}; {'counted' if f.counted else 'not counted'}, {budget(ctx, accounts)}; {how}.")
+
+
+def described(ctx: JobContext, f: Failure) -> tuple[str, str]:
+    """('pod P, node N', its cause) of a failed attempt: its exit code with what the kubelet recorded
+    of it, the memory limit of an OOMKilled container, the signal (reconcilers/explain/ends.py)."""
+    pod = next((p for p in ctx.pods.launchers if name_of(p) == f.pod), None)
+    if pod is None or not f.cause.startswith("exit code"):
+        return f"pod {f.pod}", f.cause
+    base, sep, rest = f.cause.partition("; ")
+    detail = ends.run_detail(facts.with_template(pod, ctx.job), f.exit_code)
+    return facts.where(pod), (f"exit code {f.exit_code} ({detail})" if detail else base) + sep + rest
 
 
 def _in_place_next(ctx: JobContext, f: Failure) -> bool:
@@ -66,13 +77,18 @@ def lost_workers(ctx: JobContext) -> list[str]:
     cached = {uid_of(p) for p in ctx.pods.workers}
     gone = [p for p in ctx.inputs.gone_workers if uid_of(p) not in cached]
     for pod in [*ctx.pods.workers, *gone]:
-        c = disruption(pod)
-        if c is not None:
-            out.append(f"worker {desired.pod_hostname(pod)} was disrupted ({disruption_text(c)})")
-        elif pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
+        if disruption(pod) is not None or pod in gone or (pod.get("metadata") or {}).get("deletionTimestamp") or (
                 pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            out.append(f"worker {desired.pod_hostname(pod)} was lost")
+            out.append(ends.ended_text(facts.with_template(pod, ctx.job)))  # reconcilers/explain/ends.py
+        elif ends.restarted_since(pod, _newest_launcher_start(ctx)):
+            out.append(ends.ended_text(facts.with_template(pod, ctx.job)))  # its container restarted in place
     return out
+
+
+def _newest_launcher_start(ctx: JobContext) -> str:
+    """When the newest launcher pod was created ('' when there is none): a worker's container that
+    ended since then was lost during the current attempt."""
+    return max(((p.get("metadata") or {}).get("creationTimestamp") or "" for p in ctx.pods.launchers), default="")
 
 
 def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:
@@ -91,8 +107,8 @@ def verdict(ctx: JobContext, accounts: Accounts) -> tuple[str, str] | None:
     news = accounts.news
     last = next((f for f in reversed(news) if f.counted), None)
     free = accounts.total - accounts.total_counted
-    where = (f"; last: attempt {accounts.book.failed + news.index(last) + 1} (pod {last.pod}) {last.cause}"
-             if last is not None else "")
+    at, cause = described(ctx, last) if last is not None else ("", "")
+    where = f"; last: attempt {accounts.book.failed + news.index(last) + 1} ({at}) {cause}" if last is not None else ""
     return R_BACKOFF_LIMIT, (
         f"MPIJob {ctx.key} has failed: the launcher failed {accounts.total_counted} time(s), more than "
         f"runPolicy.backoffLimit ({limit}) allows{where}" + (f" ({free} failure(s) not counted)" if free else ""))

@@ -26,6 +26,9 @@ CASES = {
     "resumed-and-running": ([("Created", T), ("Suspended", F), ("Running", T)], "Running"),
     "resumed-not-running-yet": ([("Created", T), ("Running", F), ("Suspended", F)], "Created"),
     "created": ([("Created", T)], "Created"),
+    # issue 51: an MPIJob held reads Waiting (its reason beside it); one restarting still reads Restarting
+    "explain-waiting": ([("Waiting", T), ("Created", T)], "Waiting"),
+    "explain-restarting-outranks-waiting": ([("Created", T), ("Restarting", T), ("Waiting", T)], "Restarting"),
 }
 
 

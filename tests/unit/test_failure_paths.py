@@ -92,7 +92,8 @@ def test_the_plan_that_sees_a_worker_pod_deleted_says_restarting_though_the_jobs
     p = run(job, obs, now=at(10))
     assert deletes(p) == [("Job", "pi-worker", "Background")]
     restarting = cond(p.status, st.RESTARTING)
-    assert restarting["status"] == "True" and "worker pi-worker-0 was lost" in restarting["message"], p.status
+    assert restarting["status"] == "True", p.status
+    assert "worker pi-worker-0 (pod pi-worker-0-xyz) was lost (deleted)" in restarting["message"], p.status
     assert (cond(p.status, st.RUNNING) or {}).get("status") != "True", p.status
 
 
@@ -103,7 +104,7 @@ def test_a_lost_worker_of_the_statefulset_backend_is_left_to_the_statefulset():
     p = run(job, obs, backend="statefulset", now=at(10), gone_workers=gone)
     assert not p.deletes and not p.creates
     assert cond(p.status, st.RESTARTING)["status"] == "True"
-    assert "pi-worker-1 was lost" in cond(p.status, st.RESTARTING)["message"]
+    assert "worker pi-worker-1 (pod pi-worker-1) was lost" in cond(p.status, st.RESTARTING)["message"]
 
 
 def test_a_finished_mpijob_never_recreates_its_workers():

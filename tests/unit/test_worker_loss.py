@@ -159,7 +159,7 @@ def test_setup_loss_the_exit_0_after_a_loss_is_judged_by_the_launchers_log(backe
     job, obs = running_state(open_mpi(), backend)
     a = launcher(job, 0)
     job, obs, _ = lose_worker_0(backend, job, obs, a)
-    assert "pi-worker-0 was lost" in cond(job, st.RESTARTING)["message"]
+    assert "worker pi-worker-0 (pod pi-worker-0" in cond(job, st.RESTARTING)["message"]
     rec = cond(job, wl.WORKER_LOST)
     assert rec["status"] == "True" and rec["message"].startswith("launcher pod pi-launcher-abc0: worker pi-worker-0")
     conds = job["status"]["conditions"]  # before the True conditions: the last one is the state
