@@ -71,15 +71,16 @@ def name_clash(draft: Draft, clash: str | None) -> None:
         draft.event("Warning", status.R_RESOURCE_EXISTS, clash)
 
 
-def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
+def launcher_outcome(ctx: JobContext, draft: Draft, entries: dict) -> None:
+    """`entries`: the disruptions bound to launcher attempts (retries.Accounts.entries)."""
     if not ctx.owned(ctx.launcher) or ownership.deleting(ctx.launcher):
-        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a resume)
+        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a suspend)
     outcome = status.job_outcome(ctx.launcher)
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    if kind == status.SUCCEEDED and retries.disrupted_success(ctx) is not None:
-        return  # a disrupted launcher's exit 0 is no finish: its Job is made afresh (retries.relaunch)
+    if retries.interrupted_end(ctx, entries) is not None:
+        return  # an attempt a disruption ended is no verdict, whatever its exit: made afresh (retries.relaunch)
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.

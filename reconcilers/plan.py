@@ -52,6 +52,7 @@ from reconcilers import (
     predecessor,
     status,
     takeover,
+    verdict,
 )
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
@@ -120,9 +121,11 @@ def _run(inputs: Inputs) -> Plan:
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
-    # The launcher's failed attempts, told apart by cause (reconcilers/failure/retries.py).
+    # The launcher's failed attempts, told apart by cause (reconcilers/failure/retries.py); judged
+    # only while not suspended: a suspend's end of an attempt is no verdict (reconcilers/verdict.py).
     accounts = retries.account(ctx, active=not draft.finished() and not suspend)
-    _outcomes(ctx, draft, accounts)
+    if not suspend:
+        verdict.judge(ctx, draft, accounts)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
@@ -130,14 +133,14 @@ def _run(inputs: Inputs) -> Plan:
     # every failed attempt known, the ones not announced yet (the one that ended the job) included; a
     # finished job's count never goes down as its pods go
     draft.status["replicaStatuses"]["Launcher"]["failed"] = max(
-        accounts.shown(announcing=True), retries.shown_before(draft.old_status) if draft.finished() else 0)
+        accounts.shown(announcing=not suspend), retries.shown_before(draft.old_status) if draft.finished() else 0)
 
-    if _clash_held(draft):
+    if verdict.clash_condition(draft) is not None:
         _held(ctx, draft, suspend)
     elif draft.finished():
         _finished(ctx, draft)
     elif suspend:
-        _suspended(ctx, draft)
+        _suspended(ctx, draft, accounts)
     else:
         _active(ctx, draft, accounts)
     return draft.finish()
@@ -182,10 +185,11 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     lost = workerloss.lost_now(ctx, draft.status)
     job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
-    # (One that a disruption ended is no finish: retries.disrupted_success, made afresh below.)
-    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" and retries.disruption(p) is None
-                        for p in ctx.pods.launchers)
-    launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
+    # (One that a disruption ended is no finish: retries.interruption, made afresh above.)
+    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded"
+                        and retries.interruption(ctx, p, accounts.entries) is None for p in ctx.pods.launchers)
+    launcher_retry = (int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
+                      and not accounts.frozen)
     described = messages.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
     announcing = accounts.new_failure and not launcher_done and newest is not None
@@ -231,7 +235,7 @@ def _worker_job_lost(ctx: JobContext, draft: Draft) -> str | None:
     return children.workers_lost(ctx, workers)
 
 
-def _suspended(ctx: JobContext, draft: Draft) -> None:
+def _suspended(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     msg = f"MPIJob {ctx.key} is suspended."
     if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
         draft.event("Normal", status.R_SUSPENDED, msg)
@@ -244,42 +248,8 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     if takeover.upstream_shaped(ctx):
         takeover.suspend(ctx, draft)  # upstream's launcher Job goes: the resume is in our shape (section 6.3)
     children.sync_workers(ctx, draft, running=False)
-    children.sync_launcher(ctx, draft, running=False)
-
-
-def _clash_condition(draft: Draft) -> dict | None:
-    """Failed/ResourceExists: not an end (no completionTime), the job waits for the name to be free."""
-    failed = status.get_condition(draft.status, status.FAILED)
-    if failed is not None and failed.get("status") == "True" and failed.get("reason") == status.R_RESOURCE_EXISTS \
-            and not draft.status.get("completionTime"):
-        return failed
-    return None
-
-
-def _clash_held(draft: Draft) -> bool:
-    return _clash_condition(draft) is not None
-
-
-def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
-    """The launcher's outcome and the deadline. Also while a name clash holds the job: its children
-    run on (`_held`), so the launcher's end or the deadline still ends the job, and that end replaces
-    the clash's condition (which is set aside meanwhile, then put back as it was)."""
-    clash = _clash_condition(draft)
-    at = status.conditions_of(draft.status).index(clash) if clash is not None else 0
-    if clash is not None:
-        status.remove_condition(draft.status, status.FAILED)
-    if not draft.finished():
-        outcome.launcher_outcome(ctx, draft)
-    if not draft.finished():
-        ended = messages.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
-        if ended:
-            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
-            outcome.not_running_if_never_ran(draft, None)
-    if not draft.finished():
-        outcome.deadline(ctx, draft)
-    if clash is not None and not draft.finished():
-        draft.status["conditions"] = status.conditions_of(draft.status)
-        draft.status["conditions"].insert(at, clash)
+    if takeover.upstream_shaped(ctx) or not retries.stop_for_suspend(ctx, draft, accounts):
+        children.sync_launcher(ctx, draft, running=False)
 
 
 def _held(ctx: JobContext, draft: Draft, suspend: bool) -> None:

@@ -133,7 +133,7 @@ def restarts(ctx: JobContext, pod: Obj) -> int:
 def ended(pod: Obj) -> bool:
     """Failed; a disrupted pod being deleted (it will not run again, whatever phase was seen last); or a
     disrupted pod that exited 0 (a drain's SIGTERM: Open MPI 5's mpirun can exit 0 on it), which is no
-    finish (`disrupted_success`)."""
+    finish (`interruption`)."""
     phase = (pod.get("status") or {}).get("phase")
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
     return phase == "Failed" or (disruption(pod) is not None and (phase == "Succeeded" or deleting))
@@ -189,19 +189,26 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
             why = _why(not_counted.get(attempt))
             out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
                                order=_order(pod, k), excused=bool(why)))
-        if not ended(pod):
-            continue
         run = restarts(ctx, pod)
         attempt, order = f"{name}#{run}", _order(pod, run)
-        own = disruption(pod)
         term = ((cs.get("state") or {}).get("terminated") or {})
         code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
+        if not ended(pod):
+            why = _why(not_counted.get(attempt)) if _phase(pod) == "Succeeded" else ""
+            if why:  # an exit 0 a worker's disruption ended: no finish (`interruption`), not counted
+                out.append(Failure(attempt, name, f"{text}; {why}", False, code, order=order))
+            continue
+        own = disruption(pod)
         if own is not None:
+            # (excused only where the Job counted it: a failed pod, no podFailurePolicy to ignore it)
+            counted_by_job = _phase(pod) == "Failed" and not ((ctx.launcher or {}).get("spec") or {}).get(
+                "podFailurePolicy")
             out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
-                               code, order=order, excused=attempt in not_counted))
+                               code, order=order, excused=counted_by_job and attempt in not_counted))
             continue
         why = _why(not_counted.get(attempt))
-        permanent = code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
+        # (an exit a disruption caused is not the program's: never permanent, whatever its code)
+        permanent = not why and code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
         out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent,
                            order=order, excused=bool(why)))
     return out
@@ -215,27 +222,56 @@ def counted(fails: list[Failure]) -> int:
     return sum(1 for f in fails if f.counted)
 
 
-def disrupted_success(ctx: JobContext) -> Obj | None:
-    """The launcher pod that exited 0 while a disruption ended it (a drain, a preemption): no finish,
-    whatever its exit code. Its mpirun was told to stop, and Open MPI 5's exits 0 on SIGTERM as
-    readily as after its ranks finished. The run goes on in a launcher Job made afresh (`relaunch`)."""
+def _phase(pod: Obj) -> str | None:
+    return (pod.get("status") or {}).get("phase")
+
+
+def interruption(ctx: JobContext, pod: Obj, entries: Obj) -> str | None:
+    """Why the launcher pod's current (or last) attempt is no verdict, or None when its end is its own:
+    its own DisruptionTarget (a drain, an eviction, a preemption), or a worker's disruption bound to
+    it (`bind`, kept in the ledger). Such an attempt is neither a finish nor a counted failure, whatever
+    its exit code: Open MPI 5's mpirun exits 0 on SIGTERM and after losing a daemon as readily as after
+    its ranks finished, and an exit 1-127 is the host's loss, not the program's (docs/architecture.md
+    section 11, "An attempt a disruption or a suspend ended")."""
+    own = disruption(pod)
+    if own is not None:
+        return f"launcher pod {name_of(pod)} was disrupted ({disruption_text(own)})"
+    return _why(entries.get(f"{name_of(pod)}#{restarts(ctx, pod)}")) or None
+
+
+def interrupted_end(ctx: JobContext, entries: Obj) -> Obj | None:
+    """The newest launcher pod when it has ended (exit 0 or not) and a disruption ended it
+    (`interruption`): its Job, Complete or failed by its podFailurePolicy, cannot run it again, so the
+    run goes on in a launcher Job made afresh (`relaunch`), with the budget it had."""
     # (_launchers: a disrupted pod goes from the cache soon after its end, before a plan may see it
     # there; the controller remembers it, Inputs.disrupted)
-    done = [p for p in _launchers(ctx) if (p.get("status") or {}).get("phase") == "Succeeded"]
+    done = [p for p in _launchers(ctx) if _phase(p) in ("Succeeded", "Failed")]
     newest = max(done, key=lambda p: _order(p, 0)) if done else None
-    return newest if newest is not None and disruption(newest) is not None else None
+    return newest if newest is not None and interruption(ctx, newest, entries) is not None else None
+
+
+def ends_its_job(ctx: JobContext, entries: Obj) -> Obj | None:
+    """`interrupted_end` once its Job cannot run it again: it shows its end, or the pod exited 0 (the
+    Job is about to complete). A failed one is retried by its Job (the podFailurePolicy ignores it)."""
+    pod = interrupted_end(ctx, entries)
+    if pod is None or not (status.job_outcome(ctx.launcher or {}) is not None or _phase(pod) == "Succeeded"):
+        return None
+    return pod
 
 
 # -- disruptions bound to attempts -----------------------------------------------------------------
 
 
 def _current_attempt(ctx: JobContext) -> str | None:
-    """The newest launcher pod's current (or, once it failed, last) attempt."""
-    live = [p for p in _launchers(ctx) if (p.get("status") or {}).get("phase") != "Succeeded"]
-    if not live:
+    """The newest launcher pod's current (or, once it ended, last) attempt. One that exited 0 is still
+    the current one until the MPIJob is judged (`account` binds only while it runs): a worker's
+    disruption seen with the exit 0 it caused (PRRTE exits 0 within a second of losing a daemon)
+    makes that exit no finish (`interruption`)."""
+    pods = _launchers(ctx)
+    if not pods:
         return None
-    pod = live[-1]
-    if ended(pod):
+    pod = pods[-1]
+    if ended(pod) or _phase(pod) == "Succeeded":
         return f"{name_of(pod)}#{restarts(ctx, pod)}"
     return f"{name_of(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
 
@@ -315,10 +351,15 @@ class Accounts:
     entries: dict[str, Obj]
     fails: list[Failure]
     job_failed: int
+    # The launcher Job is being deleted (made afresh, or stopped by a suspend): its pods' ends are no
+    # news, what was announced before the delete is all it counts.
+    frozen: bool = False
 
     @property
     def news(self) -> list[Failure]:
         """The failed attempts not announced yet, oldest first."""
+        if self.frozen:
+            return []
         return [f for f in self.fails if not self.book.announced(f.attempt, f.order)]
 
     @property
@@ -371,8 +412,9 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     owned = ctx.owned(ctx.launcher)
     book = ledger(ctx.launcher) if owned else Ledger()
     entries = launcher_disruptions(ctx, bind(ctx, book)) if active and owned else book.entries
-    job_failed = int(((ctx.launcher or {}).get("status") or {}).get("failed") or 0) if owned else 0
-    return Accounts(book, entries, failures(ctx, entries), job_failed)
+    frozen = owned and ownership.deleting(ctx.launcher)
+    job_failed = int(((ctx.launcher or {}).get("status") or {}).get("failed") or 0) if owned and not frozen else 0
+    return Accounts(book, entries, failures(ctx, entries), job_failed, frozen)
 
 
 def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, limit_ours: bool = True) -> None:
@@ -406,7 +448,8 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, li
 def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | None:
     """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
     controller (docs/architecture.md section 11), or None:
-    - it exited 0 as a disruption ended it: its Job completed, and cannot retry a success;
+    - a disruption ended it (`interrupted_end`) and its Job has finished: Complete (an exit 0), which
+      cannot retry a success, or failed by its podFailurePolicy (an exit 1-127 under ExitCode);
     - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
       after a lost worker), or after, having run with the old ones (news still: a busy mpirun can take
       seconds to see a host gone; not a failure announced before a resume): the Job's next pod would
@@ -416,7 +459,7 @@ def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | 
     if launcher is None or not ctx.owned(launcher):
         return None
     if status.job_outcome(launcher) is not None:
-        pod = disrupted_success(ctx)
+        pod = interrupted_end(ctx, accounts.entries)
         return name_of(pod) if pod is not None else None
     ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
     newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
@@ -446,6 +489,34 @@ def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed:
         return False
     hand_over(ctx, draft, accounts.announced())
     draft.recreate(launcher, f"launcher pod {pod} " + (
-        "exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
+        "ended as a disruption ended it: neither a finish nor a failure" if status.job_outcome(launcher) is not None
         else "failed with workers made afresh: it starts with the new ones, not after its backoff"))
+    return True
+
+
+def ran(ctx: JobContext, launcher: Obj) -> bool:
+    """The launcher Job has run a pod (or shows one): not one made suspended that never started."""
+    st = launcher.get("status") or {}
+    counts = ("active", "ready", "terminating", "succeeded", "failed")
+    return bool(ctx.pods.launchers or st.get("startTime") or status.job_outcome(launcher) is not None
+                or any(isinstance(st.get(k), int) and st.get(k) > 0 for k in counts))
+
+
+def stop_for_suspend(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
+    """A suspend (Kueue's preemption) ends the launcher's attempt, and that end is neither a finish nor
+    a failure: Open MPI 5's mpirun exits 0 on the SIGTERM (the Job would be Complete), another exits
+    non-zero (the Job would count it). So the launcher Job that has run is deleted rather than
+    suspended (Foreground: its pod goes first, with the same SIGTERM), nothing of its last attempt is
+    judged or counted, and the resume makes it afresh with the ledger as announced before the suspend
+    (`hand_over`, `carry`). True when that is done (or under way): nothing else is asked of that Job."""
+    launcher = ctx.launcher
+    if launcher is None or not ctx.owned(launcher):
+        return False
+    if ownership.deleting(launcher):
+        return True
+    if not ran(ctx, launcher):
+        return False  # made suspended and never started (a job created suspended, Kueue's admission)
+    hand_over(ctx, draft, replace(accounts.book, not_counted=()))
+    draft.recreate(launcher, "suspended: the attempt it ran is neither a finish nor a failure; "
+                             "the resume makes it afresh")
     return True
