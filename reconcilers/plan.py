@@ -133,7 +133,9 @@ def _run(inputs: Inputs) -> Plan:
     # every failed attempt known, the ones not announced yet (the one that ended the job) included; a
     # finished job's count never goes down as its pods go
     draft.status["replicaStatuses"]["Launcher"]["failed"] = max(
-        accounts.shown(announcing=not suspend), retries.shown_before(draft.old_status) if draft.finished() else 0)
+        # (while suspended, the ledger's alone: what the suspend ended is not counted, the Job's count included)
+        accounts.book.failed if suspend else accounts.shown(announcing=True),
+        retries.shown_before(draft.old_status) if draft.finished() else 0)
 
     if verdict.clash_condition(draft) is not None:
         _held(ctx, draft, suspend)
