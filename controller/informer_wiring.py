@@ -34,7 +34,7 @@ from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
 from reconcilers import access, names, news
-from reconcilers.failure import retries
+from reconcilers.failure import hold, retries
 from reconcilers.gang import workload_gang
 from reconcilers.types import Observed
 
@@ -224,7 +224,11 @@ class InformerWiring:
         for key in _pod_owner(pod):
             job = self.mpijobs.store.get(key)
             if job is None:
-                continue  # its MPIJob is gone (the garbage collector removing its pods): nothing to do
+                # its MPIJob is gone (the garbage collector removing its pods): nothing to do, but
+                # release a launcher pod held for its record (reconcilers/failure/hold.py)
+                if hold.holds(pod):
+                    self.queue.add(key)
+                continue
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
             if retries.disruption(pod) is not None:
                 # evicted, preempted, its node lost: it may leave the cache before the reconcile

@@ -41,6 +41,7 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import split_key
 from reconcilers import names, pace, refusal, status
+from reconcilers.failure import hold
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Plan
 
@@ -258,6 +259,7 @@ class MPIJobController(InformerWiring):
         mpijob = self.mpijobs.store.get(key)
         if mpijob is None:
             self.memory.forget(key)
+            self._release_orphans(key)
             return True
         mem = self.memory.of(key, mpijob["metadata"].get("uid"))
         taken = self._still_taken(mem, TAKEN_CHILD)
@@ -318,6 +320,17 @@ class MPIJobController(InformerWiring):
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
         return True
+
+    def _release_orphans(self, key: str) -> None:
+        """The MPIJob is gone (its garbage collector removing the pods): the launcher pods held for their
+        record are released, or they would stay Terminating for good (reconcilers/failure/hold.py).
+        Each release is one patch; a pod already gone, or released, is no error."""
+        patches = hold.release_all(self.pods.store.by_index(POD_INDEX, key), "its MPIJob is gone")
+        for p in patches:
+            try:
+                self.executor.patch(p)
+            except (ObjectGone, Refused) as e:
+                log.info("release of a held pod did not pass", pod=p.ref.name, error=str(e))
 
     def _apply(self, key: str, mpijob: dict, plan: Plan) -> Result:
         result = Result()

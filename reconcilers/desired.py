@@ -374,6 +374,12 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
         template["metadata"]["labels"][names.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
     _add_volume(spec, _config_volume(mpijob))
     _add_mount(container, CONFIG_VOLUME, HOSTFILE_DIR)
+    if not any(name == names.ATTEMPT_RECORD_FEATURE for name, _ in config.features_off):
+        # held until its end is recorded (reconcilers/failure/hold.py); the Job controller copies a
+        # template's finalizers onto the pods it makes
+        meta = template["metadata"]
+        held = names.ATTEMPT_RECORD_FINALIZER
+        meta["finalizers"] = [*(f for f in meta.get("finalizers") or [] if f != held), held]
     return template
 
 

@@ -57,7 +57,8 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
-from reconcilers.failure import messages, retries, workerloss
+from reconcilers.failure import hold, messages, retries, workerloss
+from reconcilers.failure.ledger import Ledger
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
@@ -82,7 +83,8 @@ def plan(inputs: Inputs) -> Plan:
         return Plan()
     meta = job.get("metadata")
     if isinstance(meta, dict) and meta.get("deletionTimestamp"):
-        return Plan()
+        # nothing more is judged: the launcher pods held for their record go (failure/hold.py)
+        return Plan(patches=hold.release_all(inputs.observed.pods, "the MPIJob is being deleted"))
     return _run(inputs)
 
 
@@ -116,6 +118,7 @@ def _run(inputs: Inputs) -> Plan:
         # A previous MPIJob of this name left children that the garbage collector is removing
         # (delete and re-create under one name): wait for them, then create ours.
         draft.requeue(children.STALE_RECHECK_SECONDS)
+        hold.release(ctx, draft, Ledger(), suspend=False)  # its held launcher pods: not ours to judge
         return draft.finish()
 
     suspend = bool(ctx.run_policy.get("suspend"))
@@ -145,6 +148,7 @@ def _run(inputs: Inputs) -> Plan:
         _suspended(ctx, draft, accounts)
     else:
         _active(ctx, draft, accounts)
+    hold.release(ctx, draft, accounts.book, suspend)  # the launcher pods whose end is recorded
     return draft.finish()
 
 

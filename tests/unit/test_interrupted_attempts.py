@@ -104,8 +104,8 @@ def test_preempted(backend, impl, policy, code, seen):
         assert not p.read_logs
     job, obs = apply_plan(job, obs, p)
     # the old launcher Job and its pod gone; resumed
-    obs = replace(obs, launcher=None, pods=[p_ for p_ in obs.pods if p_ is not ended and
-                                            p_["metadata"]["labels"].get("training.kubeflow.org/job-role") != "launcher"])
+    obs = replace(obs, launcher=None, pods=[
+        p_ for p_ in obs.pods if p_["metadata"]["labels"].get("training.kubeflow.org/job-role") != "launcher"])
     job["spec"]["runPolicy"]["suspend"] = False
     for _ in range(4):
         p = run(job, obs, backend)
