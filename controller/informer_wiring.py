@@ -230,7 +230,7 @@ class InformerWiring:
                     self.queue.add(key)
                 continue
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
-            if retries.disruption(pod) is not None:
+            if retries.disruption(pod) is not None and _role(pod) == names.ROLE_WORKER:
                 # evicted, preempted, its node lost: it may leave the cache before the reconcile
                 # looks, and the plan must still tell that disruption apart (reconcilers/failure/retries.py)
                 self.memory.pod_disrupted(key, job["metadata"].get("uid"), pod, now)
@@ -262,3 +262,9 @@ class InformerWiring:
             network_policy=get(NETWORKPOLICIES.plural, names.network_policy_name(mpijob)),
             legacy_network_policy=get(NETWORKPOLICIES.plural, names.legacy_network_policy_name(mpijob)),
         )
+
+
+def _role(pod: dict) -> str | None:
+    """A worker's disruption is remembered past the cache; a launcher pod is held instead until its
+    end is recorded (reconcilers/failure/hold.py)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ROLE_LABEL)

@@ -110,19 +110,11 @@ def _exit(term: Obj) -> tuple[int | None, str]:
 
 
 def _launchers(ctx: JobContext) -> list[Obj]:
-    """The launcher Job's pods, oldest first, with those a disruption ended that left the cache
-    before a plan saw them fail (remembered by the controller: Inputs.disrupted)."""
-    owner = uid_of(ctx.launcher or {})
+    """The launcher Job's pods, oldest first. None leaves the cache before its end is recorded: each
+    is held by a finalizer until then (reconcilers/failure/hold.py; it replaces a memory of the
+    disrupted ones that an operator restart lost)."""
     unique = {uid_of(p) or name_of(p): p for p in ctx.pods.launchers}
-    for p in ctx.inputs.disrupted:
-        if desired.pod_role(p) == names.ROLE_LAUNCHER and owner and _controller_uid(p) == owner:
-            unique.setdefault(uid_of(p), p)
     return sorted(unique.values(), key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "", name_of(p)))
-
-
-def _controller_uid(pod: Obj) -> str | None:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return next((r.get("uid") for r in refs if isinstance(r, dict) and r.get("controller")), None)
 
 
 def restarts(ctx: JobContext, pod: Obj) -> int:
@@ -243,8 +235,7 @@ def interrupted_end(ctx: JobContext, entries: Obj) -> Obj | None:
     """The newest launcher pod when it has ended (exit 0 or not) and a disruption ended it
     (`interruption`): its Job, Complete or failed by its podFailurePolicy, cannot run it again, so the
     run goes on in a launcher Job made afresh (`relaunch`), with the budget it had."""
-    # (_launchers: a disrupted pod goes from the cache soon after its end, before a plan may see it
-    # there; the controller remembers it, Inputs.disrupted)
+    # (_launchers: held until its end is recorded, reconcilers/failure/hold.py)
     done = [p for p in _launchers(ctx) if _phase(p) in ("Succeeded", "Failed")]
     newest = max(done, key=lambda p: _order(p, 0)) if done else None
     return newest if newest is not None and interruption(ctx, newest, entries) is not None else None
