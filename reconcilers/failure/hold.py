@@ -95,6 +95,11 @@ def release(ctx: JobContext, draft: Draft, book: Ledger, suspend: bool) -> None:
     pods = [p for p in (*ctx.pods.launchers, *ctx.pods.stale) if holds(p)]
     if not pods:
         return
+    if any(d.ref.kind != "Pod" for d in draft.plan.deletes):
+        # The executor sends patches before deletes, and a refused one stops the plan: a release never
+        # stands in the way of a Job's delete (a suspend's, one made afresh); the next plan sends it.
+        draft.requeue(RECHECK_S)
+        return
     judged = status.is_finished(draft.old_status) and bool(draft.old_status.get("completionTime"))
     for pod in pods:
         why = why_free(ctx, pod, book, judged, suspend)

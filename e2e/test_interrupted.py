@@ -1,0 +1,154 @@
+"""Attempts a suspend or a disruption ended, on the real node (issue 50 items 1, 2 and 4;
+docs/architecture.md section 11, "An attempt a suspend or a disruption ended" and "The record of each
+attempt's end"). Open MPI 5, whose mpirun exits 0 on SIGTERM and after losing a daemon, both backends,
+`backoffLimit: 0`: such an attempt is neither a finish nor a counted failure, and the run ends
+`Succeeded` with pi from every rank.
+
+- preempted: `suspend: true` patched 8 s into the ranks (Kueue's preemption), resumed 15 s later:
+  never Succeeded nor Failed while suspended.
+- evicted_worker: worker 1 alone evicted through the Eviction API 6 s into the ranks.
+- drained_while_away: the operator SIGKILLed, the launcher evicted through the Eviction API (what
+  `kubectl drain` sends for it) while it is down, the operator started again: the launcher pod was
+  held for its record (its finalizer), so the run is retried free.
+`pytest -s` prints each run's times and events."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from testsupport.kubectl import condition_statuses, get
+from testsupport.realnode_mpi import (
+    SSHD,
+    apply,
+    condition,
+    launcher_logs,
+    mpijob,
+    mpijob_events,
+    pods,
+    rank_hosts,
+    running_worker,
+    wait_finished,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
+RANKS = 4
+FLAVOUR = "openmpi5"
+FINALIZER = "mpijob-operator.dev/attempt-record"
+# About 25-30 s of computing for 4 ranks on the busy cores: long enough to stop a run mid-way.
+ARGS = ["mpirun", "-n", str(RANKS), "sh", "-c", 'echo "rank-start $(hostname)"; exec /opt/pi 12000000000']
+
+
+def _ranks_started(kubectl, ns: str, name: str) -> int:
+    n = 0
+    for p in pods(kubectl, ns, name, "launcher"):
+        n += kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout.count("rank-start ")
+    return n
+
+
+def _wait(what: str, check, timeout: float, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _evict(kubectl, ns: str, pod: str) -> None:
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+    kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", "-f", "-", input=json.dumps(body))
+
+
+def _never_ended_for(kubectl, ns: str, name: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conds = condition_statuses(kubectl, ns, name)
+        assert conds.get("Succeeded") != "True" and conds.get("Failed") != "True", conds
+        time.sleep(0.5)
+
+
+def _succeeded_every_rank(kubectl, ns: str, name: str, timeout: float = 420) -> list[str]:
+    result = wait_finished(kubectl, ns, name, timeout)
+    logs = launcher_logs(kubectl, ns, name)
+    msgs = [e["message"] for e in mpijob_events(kubectl, ns, name) if e["reason"] == "MPIJobRestarting"]
+    assert result == "Succeeded", (condition(kubectl, ns, name, "Failed"), msgs, logs[-3000:])
+    assert "pi is approximately 3.14" in logs, logs[-3000:]
+    assert sorted(rank_hosts(logs)) == list(range(RANKS)), logs[-3000:]
+    assert not any("; counted" in m for m in msgs), msgs
+    return msgs
+
+
+def _no_pod_held(kubectl, ns: str, name: str) -> None:
+    """Once judged, no launcher pod keeps the finalizer (none would hang Terminating)."""
+    held = [p["metadata"]["name"] for p in pods(kubectl, ns, name, "launcher")
+            if FINALIZER in (p["metadata"].get("finalizers") or [])]
+    assert not held, held
+
+
+@pytest.fixture
+def openmpi5(mpi_image) -> str:
+    return mpi_image(FLAVOUR)
+
+
+def _start(kubectl, ns: str, name: str, image: str) -> None:
+    apply(kubectl, ns, mpijob(name, FLAVOUR, image, args=ARGS, backoff=0, worker_command=SSHD))
+    _wait(f"{RANKS} ranks computing", lambda: _ranks_started(kubectl, ns, name) >= RANKS, 240)
+
+
+def test_preempted(kubectl, realnode, openmpi5, operator, namespace, backend):
+    name = "preempted"
+    _start(kubectl, namespace, name, openmpi5)
+    time.sleep(8)
+    t0 = time.time()
+    kubectl("-n", namespace, "patch", "mpijob", name, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+    _never_ended_for(kubectl, namespace, name, 15)
+    assert condition_statuses(kubectl, namespace, name).get("Suspended") == "True"
+    kubectl("-n", namespace, "patch", "mpijob", name, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+    msgs = _succeeded_every_rank(kubectl, namespace, name)
+    print(f"\n[preempted] {FLAVOUR} {backend:<11} Succeeded {time.time() - t0:.1f}s after the suspend; "
+          f"events: {json.dumps(msgs)}")
+    _no_pod_held(kubectl, namespace, name)
+
+
+def test_evicted_worker(kubectl, realnode, openmpi5, operator, namespace, backend):
+    name = "evicted"
+    _start(kubectl, namespace, name, openmpi5)
+    time.sleep(6)
+    t0 = time.time()
+    _evict(kubectl, namespace, running_worker(kubectl, namespace, name, 1)["metadata"]["name"])
+    msgs = _succeeded_every_rank(kubectl, namespace, name)
+    print(f"\n[evicted_worker] {FLAVOUR} {backend:<11} Succeeded {time.time() - t0:.1f}s after the eviction; "
+          f"events: {json.dumps(msgs)}")
+    assert any(f"worker {name}-worker-1 was disrupted" in m and "not counted" in m for m in msgs), msgs
+    _no_pod_held(kubectl, namespace, name)
+
+
+def test_drained_while_away(kubectl, realnode, openmpi5, start_operator, namespace, backend):
+    op = start_operator(backend, namespace)
+    name = "away"
+    _start(kubectl, namespace, name, openmpi5)
+    time.sleep(6)
+    (launcher,) = [p for p in pods(kubectl, namespace, name, "launcher") if p["status"].get("phase") == "Running"]
+    assert FINALIZER in launcher["metadata"].get("finalizers", []), launcher["metadata"]
+    op.kill()
+    t0 = time.time()
+    _evict(kubectl, namespace, launcher["metadata"]["name"])
+    # the launcher's mpirun ends on the SIGTERM; its pod, deleted, stays (held) until the operator is back
+    _wait("the evicted launcher to end", lambda: (get(kubectl, namespace, "pod", launcher["metadata"]["name"]) or {})
+          .get("status", {}).get("phase") in ("Succeeded", "Failed"), 90)
+    time.sleep(3)  # the Job controller records it meanwhile (Complete on an exit 0)
+    still = get(kubectl, namespace, "pod", launcher["metadata"]["name"])
+    assert still is not None and still["metadata"].get("deletionTimestamp"), still
+    start_operator(backend, namespace, name="op2")
+    msgs = _succeeded_every_rank(kubectl, namespace, name)
+    print(f"\n[drained_while_away] {FLAVOUR} {backend:<11} launcher exited "
+          f"{still['status']['containerStatuses'][0]['state'].get('terminated', {}).get('exitCode')}; "
+          f"Succeeded {time.time() - t0:.1f}s after the eviction; events: {json.dumps(msgs)}")
+    assert any(f"launcher pod {launcher['metadata']['name']} was disrupted" in m and "not counted" in m
+               for m in msgs), msgs
+    assert get(kubectl, namespace, "pod", launcher["metadata"]["name"]) is None
+    _no_pod_held(kubectl, namespace, name)
