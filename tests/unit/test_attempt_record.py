@@ -124,6 +124,15 @@ def test_a_held_pod_is_always_released(backend, case):
         obs = replace(obs, launcher=launcher_job)
     obs = replace(obs, pods=[pod_, *obs.pods[1:]])
     p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen()))
+    if case == "suspended-running":
+        # the suspend's plan deletes the launcher Job, and a release never goes before a Job's delete
+        # (a refused one would stop the plan): the next plan releases
+        assert not released(p) and ("Job", "pi-launcher") in [(d.ref.kind, d.ref.name) for d in p.deletes]
+        assert p.requeue_after is not None and p.requeue_after <= hold.RECHECK_S
+        job["status"] = p.status
+        obs = replace(obs, launcher={**launcher_job, "metadata": {**launcher_job["metadata"],
+                                                                  "deletionTimestamp": "2025-01-01T12:01:00Z"}})
+        p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen()))
     assert released(p) == [pod_["metadata"]["name"]], (p.patches, p.status)
     if case == "ttl-due":
         assert p.delete_mpijob
