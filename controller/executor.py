@@ -306,6 +306,11 @@ class Executor:
             out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch,
                              content_type=STRATEGIC_PATCH if p.strategic else MERGE_PATCH)
         except ApiError as e:
+            if p.strategic:
+                # A held pod's release (reconcilers/failure/hold.py) that did not pass stops nothing
+                # else of the plan (a resume, a verdict): the plan sends it again (hold.RETRY_S).
+                log.warning("a held pod's release did not pass", pod=p.ref.name, code=e.status, error=str(e)[:300])
+                return
             if e.status == 404:
                 raise ObjectGone(f"{p.ref.kind} {p.ref.namespace}/{p.ref.name} is gone") from e
             raise Refused(e, "patch", p.ref.kind, p.ref.name) from e

@@ -327,10 +327,9 @@ class MPIJobController(InformerWiring):
         Each release is one patch; a pod already gone, or released, is no error."""
         patches = hold.release_all(self.pods.store.by_index(POD_INDEX, key), "its MPIJob is gone")
         for p in patches:
-            try:
-                self.executor.patch(p)
-            except (ObjectGone, Refused) as e:
-                log.info("release of a held pod did not pass", pod=p.ref.name, error=str(e))
+            self.executor.patch(p)  # (one that did not pass is logged, and sent again below)
+        if patches:
+            self.queue.add_after(key, hold.RETRY_S)  # a released pod leaves the cache: nothing sent then
 
     def _apply(self, key: str, mpijob: dict, plan: Plan) -> Result:
         result = Result()

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from testsupport.kubectl import condition_statuses, get
+from testsupport.paths import ROOT
 from testsupport.realnode_mpi import (
     SSHD,
     apply,
@@ -92,6 +93,27 @@ def _no_pod_held(kubectl, ns: str, name: str) -> None:
 @pytest.fixture
 def openmpi5(mpi_image) -> str:
     return mpi_image(FLAVOUR)
+
+
+@pytest.fixture(autouse=True)
+def pod_writes_policy(kubectl, namespace):
+    """This checkout's admission policy (the operator may remove its finalizer from a pod), applied
+    again before each test: the local cluster is shared, and a session of another checkout applies its
+    own manifests/rbac at its start. After the test (whose assertions check that no pod is held once
+    judged), a pod a policy of another checkout kept held is released by hand, so that the namespace
+    can go."""
+    kubectl("apply", "-k", str(ROOT / "manifests" / "rbac"))
+    yield
+    for p in pods_in(kubectl, namespace):
+        if FINALIZER in (p["metadata"].get("finalizers") or []):
+            rest = [f for f in p["metadata"]["finalizers"] if f != FINALIZER]
+            kubectl("-n", namespace, "patch", "pod", p["metadata"]["name"], "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": rest or None}}), check=False)
+
+
+def pods_in(kubectl, ns: str) -> list[dict]:
+    r = kubectl("-n", ns, "get", "pods", "-o", "json", check=False)
+    return json.loads(r.stdout)["items"] if r.returncode == 0 else []
 
 
 def _start(kubectl, ns: str, name: str, image: str) -> None:

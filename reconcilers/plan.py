@@ -14,8 +14,10 @@ Order of decisions:
    launcher's included; None: left as they are) whatever the reason of the end; an unfinished
    launcher Job (the MPIJob's own deadline ran out) is suspended; ttlSecondsAfterFinished -> delete
    the MPIJob when due, else requeue_after.
-6. Suspended: launcher/worker Jobs suspended (not created if missing), StatefulSet scaled to 0,
-   Suspended=True, Running=False.
+6. Suspended: nothing judged or counted (reconcilers/verdict.py); a launcher Job that has run is
+   deleted, to be made afresh on the resume (retries.stop_for_suspend), one that never started and
+   the worker Job suspended (not created if missing), StatefulSet scaled to 0, Suspended=True,
+   Running=False.
 7. Otherwise: create missing children (the launcher at once for AtStartup, or when all workers are
    Ready for WaitForWorkersReady), repair drift, set Running/Restarting; on resume the startTime is
    reset and Jobs rendered from an older template are recreated (see diff.py).
@@ -24,7 +26,8 @@ The MPIJob-level activeDeadlineSeconds (from status.startTime) is checked too, w
 Each policy is a module of pure functions over one JobContext (reconcilers/context.py: the
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
-refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
+refused, clash condition, launcher outcome, deadline, TTL), verdict.py (what ends the job, and when
+nothing is judged), children.py (Service, ConfigMap, Secret,
 workers, launcher), takeover.py (upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps
 the order of decisions and the state dispatch.
 
@@ -32,6 +35,8 @@ Expressed in the Plan:
 - `creates`/`patches`: children, JSON merge patches of owned fields only.
 - `deletes`: a suspended Job to recreate (uid precondition), and under cleanPodPolicy All the
   leftover pods (`Ref("v1", "Pod", ns, name)`, uid precondition).
+- `patches` of Pods: the release of a launcher pod's finalizer once its end is recorded
+  (reconcilers/failure/hold.py; a strategic merge patch).
 - `status`: the complete new status (write it to the status subresource), None when unchanged.
 - `events`: only on transitions. `requeue_after`: seconds. `delete_mpijob`: TTL ran out.
 """

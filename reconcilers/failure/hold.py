@@ -37,6 +37,9 @@ FINALIZER = names.ATTEMPT_RECORD_FINALIZER
 FEATURE = names.ATTEMPT_RECORD_FEATURE
 # How soon a pod whose end this plan recorded is released (the next plan reads the record).
 RECHECK_S = 1.0
+# How soon a release is sent again, should it not have passed (a refusal stops nothing else: the
+# executor logs it); one that passed leaves nothing to send.
+RETRY_S = 10.0
 
 
 def enabled(config: Config) -> bool:
@@ -105,5 +108,6 @@ def release(ctx: JobContext, draft: Draft, book: Ledger, suspend: bool) -> None:
         why = why_free(ctx, pod, book, judged, suspend)
         if why is not None:
             draft.plan.patches.append(release_patch(pod, why))
+            draft.requeue(RETRY_S)
         elif draft.status != draft.old_status or draft.plan.patches:
             draft.requeue(RECHECK_S)  # its end may be recorded by this plan's writes: read them next
