@@ -167,3 +167,29 @@ def test_a_pod_whose_end_is_not_recorded_is_kept(backend, case):
 def test_the_orphans_of_a_gone_mpijob_are_released():
     pods = [held(pod(mpijob(), "launcher", 0, phase="Succeeded"), None), pod(mpijob(), "worker", 0)]
     assert [x.ref.name for x in hold.release_all(pods, "gone")] == [pods[0]["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_clean_run_costs_one_release_and_nothing_at_bring_up(backend):
+    """Writes of a whole life without a loss: the bring-up's are unchanged (no pod is released before
+    its end), and the end adds one: the launcher pod's release, sent by the plan after the verdict's
+    (the record first)."""
+    from tests.unit.sim import at, converge, with_status, workers_ready
+    from tests.unit.test_worker_loss import exits, launcher, open_mpi, report
+
+    job, obs, plans = converge(open_mpi(), backend=backend)
+    running = launcher(job, 0, created=5)
+    obs = workers_ready(replace(obs, launcher=with_status(obs.launcher, active=1, ready=1),
+                                pods=[held(running, obs.launcher)] + [pod(job, "worker", i, backend=backend)
+                                                                       for i in range(2)]), 2)
+    job, obs, more = converge(job, obs, backend, now=at(6))
+    assert not any(released(q) for q in [*plans, *more])
+    done = held(launcher(job, 0, created=5, end=60), obs.launcher)
+    p = exits(job, obs, backend, done, now=61.2, reports=report("clean", done["metadata"]["uid"]))
+    assert st.is_true(p.status, st.SUCCEEDED) and not released(p) and p.requeue_after <= hold.RECHECK_S
+    job["status"] = p.status
+    obs = replace(obs, pods=[done, *obs.pods[1:]],
+                  launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0))
+    after = run(job, obs, backend, now=at(62.5))
+    assert released(after) == [done["metadata"]["name"]]
+    assert after.writes == 1 + sum(1 for x in after.patches if x.ref.kind != "Pod"), after.patches
