@@ -19,8 +19,7 @@ import time
 
 import pytest
 
-from testsupport.kubectl import condition_statuses, get
-from testsupport.paths import ROOT
+from testsupport.kubectl import condition_statuses, get, namespaced_service_account_kubeconfig
 from testsupport.realnode_mpi import (
     SSHD,
     apply,
@@ -95,15 +94,21 @@ def openmpi5(mpi_image) -> str:
     return mpi_image(FLAVOUR)
 
 
-@pytest.fixture(autouse=True)
-def pod_writes_policy(kubectl, namespace):
-    """This checkout's admission policy (the operator may remove its finalizer from a pod), applied
-    again before each test: the local cluster is shared, and a session of another checkout applies its
-    own manifests/rbac at its start. After the test (whose assertions check that no pod is held once
-    judged), a pod a policy of another checkout kept held is released by hand, so that the namespace
-    can go."""
-    kubectl("apply", "-k", str(ROOT / "manifests" / "rbac"))
-    yield
+@pytest.fixture
+def op(start_operator, kubectl, namespace, backend, tmp_path):
+    """The operator for `namespace` alone under the ServiceAccount of manifests/rbac-namespaced/: the local
+    cluster is shared, and its cluster-wide admission policy on the operator's pod writes is whichever
+    checkout applied manifests/rbac last (this one's lets it remove its finalizer:
+    e2e/test_pods_patch.py checks that policy). Returns a function that starts one (again)."""
+    kc = namespaced_service_account_kubeconfig(kubectl, namespace, tmp_path / "kubeconfig")
+
+    def start(name: str = "op"):
+        return start_operator(backend, namespace, f"--leader-election-namespace={namespace}", kubeconfig=kc,
+                              name=name)
+
+    yield start
+    # after the test (whose assertions check that no pod is held once judged): a pod left held by a
+    # failed test is released, so that the namespace can go
     for p in pods_in(kubectl, namespace):
         if FINALIZER in (p["metadata"].get("finalizers") or []):
             rest = [f for f in p["metadata"]["finalizers"] if f != FINALIZER]
@@ -121,7 +126,8 @@ def _start(kubectl, ns: str, name: str, image: str) -> None:
     _wait(f"{RANKS} ranks computing", lambda: _ranks_started(kubectl, ns, name) >= RANKS, 240)
 
 
-def test_preempted(kubectl, realnode, openmpi5, operator, namespace, backend):
+def test_preempted(kubectl, realnode, openmpi5, op, namespace, backend):
+    op()
     name = "preempted"
     _start(kubectl, namespace, name, openmpi5)
     time.sleep(8)
@@ -136,7 +142,8 @@ def test_preempted(kubectl, realnode, openmpi5, operator, namespace, backend):
     _no_pod_held(kubectl, namespace, name)
 
 
-def test_evicted_worker(kubectl, realnode, openmpi5, operator, namespace, backend):
+def test_evicted_worker(kubectl, realnode, openmpi5, op, namespace, backend):
+    op()
     name = "evicted"
     _start(kubectl, namespace, name, openmpi5)
     time.sleep(6)
@@ -149,14 +156,14 @@ def test_evicted_worker(kubectl, realnode, openmpi5, operator, namespace, backen
     _no_pod_held(kubectl, namespace, name)
 
 
-def test_drained_while_away(kubectl, realnode, openmpi5, start_operator, namespace, backend):
-    op = start_operator(backend, namespace)
+def test_drained_while_away(kubectl, realnode, openmpi5, op, namespace, backend):
+    first = op()
     name = "away"
     _start(kubectl, namespace, name, openmpi5)
     time.sleep(6)
     (launcher,) = [p for p in pods(kubectl, namespace, name, "launcher") if p["status"].get("phase") == "Running"]
     assert FINALIZER in launcher["metadata"].get("finalizers", []), launcher["metadata"]
-    op.kill()
+    first.kill()
     t0 = time.time()
     _evict(kubectl, namespace, launcher["metadata"]["name"])
     # the launcher's mpirun ends on the SIGTERM; its pod, deleted, stays (held) until the operator is back
@@ -165,7 +172,7 @@ def test_drained_while_away(kubectl, realnode, openmpi5, start_operator, namespa
     time.sleep(3)  # the Job controller records it meanwhile (Complete on an exit 0)
     still = get(kubectl, namespace, "pod", launcher["metadata"]["name"])
     assert still is not None and still["metadata"].get("deletionTimestamp"), still
-    start_operator(backend, namespace, name="op2")
+    op("op2")
     msgs = _succeeded_every_rank(kubectl, namespace, name)
     print(f"\n[drained_while_away] {FLAVOUR} {backend:<11} launcher exited "
           f"{still['status']['containerStatuses'][0]['state'].get('terminated', {}).get('exitCode')}; "
