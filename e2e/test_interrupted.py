@@ -29,9 +29,11 @@ from testsupport.realnode_mpi import (
     mpijob_events,
     pods,
     rank_hosts,
+    ranks_started,
     running_worker,
     wait_finished,
 )
+from testsupport.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("mpi-images")]
 RANKS = 4
@@ -39,23 +41,6 @@ FLAVOUR = "openmpi5"
 FINALIZER = "mpijob-operator.dev/attempt-record"
 # About 25-30 s of computing for 4 ranks on the busy cores: long enough to stop a run mid-way.
 ARGS = ["mpirun", "-n", str(RANKS), "sh", "-c", 'echo "rank-start $(hostname)"; exec /opt/pi 12000000000']
-
-
-def _ranks_started(kubectl, ns: str, name: str) -> int:
-    n = 0
-    for p in pods(kubectl, ns, name, "launcher"):
-        n += kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout.count("rank-start ")
-    return n
-
-
-def _wait(what: str, check, timeout: float, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _evict(kubectl, ns: str, pod: str) -> None:
@@ -79,6 +64,14 @@ def _succeeded_every_rank(kubectl, ns: str, name: str, timeout: float = 420) -> 
     assert "pi is approximately 3.14" in logs, logs[-3000:]
     assert sorted(rank_hosts(logs)) == list(range(RANKS)), logs[-3000:]
     assert not any("; counted" in m for m in msgs), msgs
+    return msgs
+
+
+def _done(kubectl, ns: str, name: str, label: str, since: str, t0: float) -> list[str]:
+    """Succeeded with pi from every rank, no pod held; prints how long after `since` (at `t0`)."""
+    msgs = _succeeded_every_rank(kubectl, ns, name)
+    print(f"\n{label} Succeeded {time.time() - t0:.1f}s after {since}; events: {json.dumps(msgs)}")
+    _no_pod_held(kubectl, ns, name)
     return msgs
 
 
@@ -123,7 +116,7 @@ def pods_in(kubectl, ns: str) -> list[dict]:
 
 def _start(kubectl, ns: str, name: str, image: str) -> None:
     apply(kubectl, ns, mpijob(name, FLAVOUR, image, args=ARGS, backoff=0, worker_command=SSHD))
-    _wait(f"{RANKS} ranks computing", lambda: _ranks_started(kubectl, ns, name) >= RANKS, 240)
+    wait_until(lambda: ranks_started(kubectl, ns, name) >= RANKS, 240, interval=0.3, what=f"{RANKS} ranks computing")
 
 
 def test_preempted(kubectl, realnode, openmpi5, op, namespace, backend):
@@ -136,10 +129,7 @@ def test_preempted(kubectl, realnode, openmpi5, op, namespace, backend):
     _never_ended_for(kubectl, namespace, name, 15)
     assert condition_statuses(kubectl, namespace, name).get("Suspended") == "True"
     kubectl("-n", namespace, "patch", "mpijob", name, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
-    msgs = _succeeded_every_rank(kubectl, namespace, name)
-    print(f"\n[preempted] {FLAVOUR} {backend:<11} Succeeded {time.time() - t0:.1f}s after the suspend; "
-          f"events: {json.dumps(msgs)}")
-    _no_pod_held(kubectl, namespace, name)
+    _done(kubectl, namespace, name, f"[preempted] {FLAVOUR} {backend:<11}", "the suspend", t0)
 
 
 def test_evicted_worker(kubectl, realnode, openmpi5, op, namespace, backend):
@@ -149,11 +139,8 @@ def test_evicted_worker(kubectl, realnode, openmpi5, op, namespace, backend):
     time.sleep(6)
     t0 = time.time()
     _evict(kubectl, namespace, running_worker(kubectl, namespace, name, 1)["metadata"]["name"])
-    msgs = _succeeded_every_rank(kubectl, namespace, name)
-    print(f"\n[evicted_worker] {FLAVOUR} {backend:<11} Succeeded {time.time() - t0:.1f}s after the eviction; "
-          f"events: {json.dumps(msgs)}")
+    msgs = _done(kubectl, namespace, name, f"[evicted_worker] {FLAVOUR} {backend:<11}", "the eviction", t0)
     assert any(f"worker {name}-worker-1 was disrupted" in m and "not counted" in m for m in msgs), msgs
-    _no_pod_held(kubectl, namespace, name)
 
 
 def test_drained_while_away(kubectl, realnode, openmpi5, op, namespace, backend):
@@ -167,8 +154,8 @@ def test_drained_while_away(kubectl, realnode, openmpi5, op, namespace, backend)
     t0 = time.time()
     _evict(kubectl, namespace, launcher["metadata"]["name"])
     # the launcher's mpirun ends on the SIGTERM; its pod, deleted, stays (held) until the operator is back
-    _wait("the evicted launcher to end", lambda: (get(kubectl, namespace, "pod", launcher["metadata"]["name"]) or {})
-          .get("status", {}).get("phase") in ("Succeeded", "Failed"), 90)
+    wait_until(lambda: (get(kubectl, namespace, "pod", launcher["metadata"]["name"]) or {}).get("status", {})
+               .get("phase") in ("Succeeded", "Failed"), 90, interval=0.3, what="the evicted launcher to end")
     time.sleep(3)  # the Job controller records it meanwhile (Complete on an exit 0)
     still = get(kubectl, namespace, "pod", launcher["metadata"]["name"])
     assert still is not None and still["metadata"].get("deletionTimestamp"), still

@@ -26,6 +26,16 @@ DT = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictio
 PRRTE_LINE = "PRRTE has lost communication with a remote daemon."
 
 
+def every_case(name: str, values: list[str]):
+    """Every backend, MPI, launcher restartPolicy and exit code class, and `name` over `values`."""
+    def mark(f):
+        for arg, vals in (("backend", BACKENDS), ("impl", MPIS), ("policy", POLICIES), ("code", CODES),
+                          (name, values)):
+            f = pytest.mark.parametrize(arg, vals)(f)
+        return f
+    return mark
+
+
 def job_of(impl: str, policy: str) -> dict:
     job = mpijob(run_policy={"backoffLimit": 0}, spec={"mpiImplementation": impl})
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = policy
@@ -72,11 +82,7 @@ def counted(job: dict, obs) -> int:
 # -- item 1: preempted ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("impl", MPIS)
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("code", CODES)
-@pytest.mark.parametrize("seen", ["after-the-suspend", "with-the-suspend"])
+@every_case("seen", ["after-the-suspend", "with-the-suspend"])
 def test_preempted(backend, impl, policy, code, seen):
     """Kueue preempts: runPolicy.suspend true. The launcher's mpirun gets SIGTERM and exits `code`
     (Open MPI 5's exits 0), its Job completes, fails or counts a failure; seen by the plan after the one
@@ -140,11 +146,7 @@ def evicted_worker(job: dict, backend: str, index: int = 1) -> dict:
     return w
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("impl", MPIS)
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("code", CODES)
-@pytest.mark.parametrize("seen", ["while-running", "with-the-exit"])
+@every_case("seen", ["while-running", "with-the-exit"])
 def test_evicted_worker(backend, impl, policy, code, seen):
     """Worker 1 evicted through the Eviction API (DisruptionTarget) while the launcher runs; mpirun
     exits `code` (PRRTE exits 0 after losing a daemon, its log showing it), with backoffLimit 0. The
