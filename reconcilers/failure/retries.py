@@ -507,7 +507,10 @@ def stop_for_suspend(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
         return True
     if not ran(ctx, launcher):
         return False  # made suspended and never started (a job created suspended, Kueue's admission)
-    hand_over(ctx, draft, replace(accounts.book, not_counted=()))
+    # (its bindings go along as announced: the attempt they excused is over, neither counted nor
+    # pending, and their disrupted pods must not bind the resumed run's attempt)
+    done = tuple((k, {**v, "announced": True}) for k, v in accounts.book.not_counted)
+    hand_over(ctx, draft, replace(accounts.book, not_counted=done))
     draft.recreate(launcher, "suspended: the attempt it ran is neither a finish nor a failure; "
                              "the resume makes it afresh")
     return True

@@ -191,3 +191,37 @@ def test_a_worker_deleted_by_hand_is_still_judged(backend):
                   launcher=job_after(obs.launcher, "Never", 0))
     p = run(job, obs, backend, reports=reports_for(obs, cut=True))
     assert verdict(p) == "Failed/WorkerLostDuringRun", p.status
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_evicted_worker_binds_one_attempt_not_the_next_jobs(backend):
+    """Seen on the real node: the evicted worker's pod, gone from the cache but remembered (Inputs.disrupted),
+    bound the launcher Job made afresh's next attempt too, and every exit 0 after was read as cut short
+    by it: a run made afresh for ever. Its binding goes with the ledger to the new Job, so the next
+    attempt's exit 0 is judged (Succeeded on a clean log)."""
+    from reconcilers.plan import plan
+    from reconcilers.types import Config, Inputs
+    from tests.unit.sim import NOW, KeyGen
+
+    def step(job, obs, **kw):
+        p = plan(Inputs(job, obs, Config(worker_backend=backend), NOW, KeyGen(), disrupted=(gone,), **kw))
+        return (*apply_plan(job, obs, p), p)
+
+    job, obs = running_state(job_of("OpenMPI", "Never"), backend)
+    gone = evicted_worker(job, backend)
+    fresh = [p for p in obs.pods if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "worker"]
+    job, obs, p = step(job, replace(obs, pods=[obs.pods[0], *fresh]))
+    obs = replace(obs, pods=[ended_launcher(job, 0), *fresh], launcher=job_after(obs.launcher, "Never", 0))
+    job, obs, p = step(job, obs)
+    assert ("Job", "pi-launcher") in [(d.ref.kind, d.ref.name) for d in p.deletes] and verdict(p) is None
+    obs = replace(obs, launcher=None, pods=fresh)
+    job, obs, p = step(job, obs)
+    if obs.launcher is None:  # (the Job backend's workers made afresh first)
+        job, obs, p = step(job, replace(obs, pods=fresh))
+    assert obs.launcher is not None
+    second = ended_launcher(job, 0, index=1)
+    second["metadata"]["ownerReferences"][0]["uid"] = obs.launcher["metadata"]["uid"]
+    obs = replace(obs, pods=[second, *fresh], launcher=job_after(obs.launcher, "Never", 0))
+    job, obs, p = step(job, obs)
+    job, obs, p = step(job, obs, reports=reports_for(obs, cut=False))
+    assert verdict(p) == "Succeeded/MPIJobSucceeded", (p.status, p.deletes)
