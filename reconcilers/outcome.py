@@ -19,7 +19,7 @@ from __future__ import annotations
 from reconcilers import ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.failure import evidence, messages, retries, workerloss
+from reconcilers.failure import afresh, evidence, messages, workerloss
 from reconcilers.refusal import Refusal
 
 # How soon a verdict that waits on the launcher's log (or on the pod cache) is looked at again, in
@@ -74,13 +74,13 @@ def name_clash(draft: Draft, clash: str | None) -> None:
 def launcher_outcome(ctx: JobContext, draft: Draft, entries: dict) -> None:
     """`entries`: the disruptions bound to launcher attempts (retries.Accounts.entries)."""
     if not ctx.owned(ctx.launcher) or ownership.deleting(ctx.launcher):
-        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a suspend)
+        return  # (the operator deletes a launcher Job only to make it afresh: afresh.relaunch, a suspend)
     outcome = status.job_outcome(ctx.launcher)
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    if retries.interrupted_end(ctx, entries) is not None:
-        return  # an attempt a disruption ended is no verdict, whatever its exit: made afresh (retries.relaunch)
+    if afresh.interrupted_end(ctx, entries) is not None:
+        return  # an attempt a disruption ended is no verdict, whatever its exit: made afresh (afresh.relaunch)
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.

@@ -15,7 +15,7 @@ Order of decisions:
    launcher Job (the MPIJob's own deadline ran out) is suspended; ttlSecondsAfterFinished -> delete
    the MPIJob when due, else requeue_after.
 6. Suspended: nothing judged or counted (reconcilers/verdict.py); a launcher Job that has run is
-   deleted, to be made afresh on the resume (retries.stop_for_suspend), one that never started and
+   deleted, to be made afresh on the resume (afresh.stop_for_suspend), one that never started and
    the worker Job suspended (not created if missing), StatefulSet scaled to 0, Suspended=True,
    Running=False.
 7. Otherwise: create missing children (the launcher at once for AtStartup, or when all workers are
@@ -62,7 +62,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
-from reconcilers.failure import hold, messages, retries, workerloss
+from reconcilers.failure import afresh, hold, messages, retries, workerloss
 from reconcilers.failure.ledger import Ledger
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
@@ -174,9 +174,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
     # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
-    # starts with the new ones: both in a launcher Job made afresh (retries.remade).
+    # starts with the new ones: both in a launcher Job made afresh (afresh.remade).
     renewed = children.workers_renewed(ctx)
-    relaunching = retries.relaunch(ctx, draft, accounts, renewed)
+    relaunching = afresh.relaunch(ctx, draft, accounts, renewed)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
@@ -196,9 +196,9 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     lost = workerloss.lost_now(ctx, draft.status)
     job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
-    # (One that a disruption ended is no finish: retries.interruption, made afresh above.)
+    # (One that a disruption ended is no finish: afresh.interruption, made afresh above.)
     launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded"
-                        and retries.interruption(ctx, p, accounts.entries) is None for p in ctx.pods.launchers)
+                        and afresh.interruption(ctx, p, accounts.entries) is None for p in ctx.pods.launchers)
     launcher_retry = (int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
                       and not accounts.frozen)
     described = messages.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
@@ -259,7 +259,7 @@ def _suspended(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> Non
     if takeover.upstream_shaped(ctx):
         takeover.suspend(ctx, draft)  # upstream's launcher Job goes: the resume is in our shape (section 6.3)
     children.sync_workers(ctx, draft, running=False)
-    if takeover.upstream_shaped(ctx) or not retries.stop_for_suspend(ctx, draft, accounts):
+    if takeover.upstream_shaped(ctx) or not afresh.stop_for_suspend(ctx, draft, accounts):
         children.sync_launcher(ctx, draft, running=False)
 
 

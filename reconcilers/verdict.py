@@ -2,9 +2,9 @@
 and 11). Pure functions over a JobContext and a Draft.
 
 `judge` runs only while the MPIJob is not suspended: a suspend (Kueue's preemption) ends the
-launcher's attempt, and that end is neither a finish nor a failure (retries.stop_for_suspend makes
+launcher's attempt, and that end is neither a finish nor a failure (afresh.stop_for_suspend makes
 the launcher Job afresh on the resume). An attempt a disruption ended is no verdict either, whatever
-its exit code (retries.interruption): both are one rule, what ended the attempt decides whether its
+its exit code (afresh.interruption): both are one rule, what ended the attempt decides whether its
 end is judged at all.
 
 A name clash (Failed/ResourceExists, no completionTime) is no end: its children run on (plan._held),

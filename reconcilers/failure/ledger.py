@@ -135,7 +135,7 @@ def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
 
 
 def carry(ctx: JobContext, launcher: Obj) -> Obj:
-    """The launcher Job to create, with the ledger carried from the one it replaces (retries.relaunch)."""
+    """The launcher Job to create, with the ledger carried from the one it replaces (afresh.relaunch)."""
     raw = (((ctx.observed.config_map or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER)
     if not isinstance(raw, str) or not ctx.owned(ctx.observed.config_map):
         return launcher

@@ -10,6 +10,7 @@ import re
 
 from reconcilers import desired
 from reconcilers.context import JobContext
+from reconcilers.failure.afresh import ends_its_job, remade
 from reconcilers.failure.restartpolicy import EXIT_CODE, backoff_limit, launcher_policy
 from reconcilers.failure.retries import (
     Accounts,
@@ -17,10 +18,8 @@ from reconcilers.failure.retries import (
     disruption,
     disruption_text,
     ended,
-    ends_its_job,
     failures,
     name_of,
-    remade,
     uid_of,
 )
 

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reconcilers import desired, diff, names, ownership, status
+from reconcilers import desired, diff, names, ownership
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
-from reconcilers.failure.ledger import LEDGER, Ledger, hand_over, job_limit
+from reconcilers.failure.ledger import LEDGER, Ledger, job_limit
 from reconcilers.failure.ledger import read as ledger
 from reconcilers.failure.restartpolicy import (
     DISRUPTION_TARGET,
@@ -109,7 +109,7 @@ def _exit(term: Obj) -> tuple[int | None, str]:
     return code, f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
 
 
-def _launchers(ctx: JobContext) -> list[Obj]:
+def launcher_pods(ctx: JobContext) -> list[Obj]:
     """The launcher Job's pods, oldest first. None leaves the cache before its end is recorded: each
     is held by a finalizer until then (reconcilers/failure/hold.py; it replaces a memory of the
     disrupted ones that an operator restart lost)."""
@@ -165,40 +165,40 @@ def _will_restart(ctx: JobContext, code: object) -> bool:
     return policy == "Always" or (policy == "OnFailure" and code != 0)
 
 
-def _order(pod: Obj, run: int) -> tuple[str, str, int]:
+def attempt_order(pod: Obj, run: int) -> tuple[str, str, int]:
     return ((pod.get("metadata") or {}).get("creationTimestamp") or "", name_of(pod), run)
 
 
 def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
     """Every failed attempt of the launcher Job's pods, oldest first."""
     out: list[Failure] = []
-    for pod in _launchers(ctx):
+    for pod in launcher_pods(ctx):
         name, cs = name_of(pod), _container_status(ctx, pod)
         ends = _terminations(ctx, pod, cs)
         for k, end in enumerate(ends):
             attempt = f"{name}#{k}"
             code, text = _exit(end) if end else (None, "failed")
-            why = _why(not_counted.get(attempt))
+            why = why_of(not_counted.get(attempt))
             out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
-                               order=_order(pod, k), excused=bool(why)))
+                               order=attempt_order(pod, k), excused=bool(why)))
         run = restarts(ctx, pod)
-        attempt, order = f"{name}#{run}", _order(pod, run)
+        attempt, order = f"{name}#{run}", attempt_order(pod, run)
         term = ((cs.get("state") or {}).get("terminated") or {})
         code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
         if not ended(pod):
-            why = _why(not_counted.get(attempt)) if _phase(pod) == "Succeeded" else ""
+            why = why_of(not_counted.get(attempt)) if phase_of(pod) == "Succeeded" else ""
             if why:  # an exit 0 a worker's disruption ended: no finish (`interruption`), not counted
                 out.append(Failure(attempt, name, f"{text}; {why}", False, code, order=order))
             continue
         own = disruption(pod)
         if own is not None:
             # (excused only where the Job counted it: a failed pod, no podFailurePolicy to ignore it)
-            counted_by_job = _phase(pod) == "Failed" and not ((ctx.launcher or {}).get("spec") or {}).get(
+            counted_by_job = phase_of(pod) == "Failed" and not ((ctx.launcher or {}).get("spec") or {}).get(
                 "podFailurePolicy")
             out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
                                code, order=order, excused=counted_by_job and attempt in not_counted))
             continue
-        why = _why(not_counted.get(attempt))
+        why = why_of(not_counted.get(attempt))
         # (an exit a disruption caused is not the program's: never permanent, whatever its code)
         permanent = not why and code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
         out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent,
@@ -206,7 +206,7 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
     return out
 
 
-def _why(entry: object) -> str:
+def why_of(entry: object) -> str:
     return str(entry.get("why") or "") if isinstance(entry, dict) else ""
 
 
@@ -214,40 +214,8 @@ def counted(fails: list[Failure]) -> int:
     return sum(1 for f in fails if f.counted)
 
 
-def _phase(pod: Obj) -> str | None:
+def phase_of(pod: Obj) -> str | None:
     return (pod.get("status") or {}).get("phase")
-
-
-def interruption(ctx: JobContext, pod: Obj, entries: Obj) -> str | None:
-    """Why the launcher pod's current (or last) attempt is no verdict, or None when its end is its own:
-    its own DisruptionTarget (a drain, an eviction, a preemption), or a worker's disruption bound to
-    it (`bind`, kept in the ledger). Such an attempt is neither a finish nor a counted failure, whatever
-    its exit code: Open MPI 5's mpirun exits 0 on SIGTERM and after losing a daemon as readily as after
-    its ranks finished, and an exit 1-127 is the host's loss, not the program's (docs/architecture.md
-    section 11, "An attempt a disruption or a suspend ended")."""
-    own = disruption(pod)
-    if own is not None:
-        return f"launcher pod {name_of(pod)} was disrupted ({disruption_text(own)})"
-    return _why(entries.get(f"{name_of(pod)}#{restarts(ctx, pod)}")) or None
-
-
-def interrupted_end(ctx: JobContext, entries: Obj) -> Obj | None:
-    """The newest launcher pod when it has ended (exit 0 or not) and a disruption ended it
-    (`interruption`): its Job, Complete or failed by its podFailurePolicy, cannot run it again, so the
-    run goes on in a launcher Job made afresh (`relaunch`), with the budget it had."""
-    # (_launchers: held until its end is recorded, reconcilers/failure/hold.py)
-    done = [p for p in _launchers(ctx) if _phase(p) in ("Succeeded", "Failed")]
-    newest = max(done, key=lambda p: _order(p, 0)) if done else None
-    return newest if newest is not None and interruption(ctx, newest, entries) is not None else None
-
-
-def ends_its_job(ctx: JobContext, entries: Obj) -> Obj | None:
-    """`interrupted_end` once its Job cannot run it again: it shows its end, or the pod exited 0 (the
-    Job is about to complete). A failed one is retried by its Job (the podFailurePolicy ignores it)."""
-    pod = interrupted_end(ctx, entries)
-    if pod is None or not (status.job_outcome(ctx.launcher or {}) is not None or _phase(pod) == "Succeeded"):
-        return None
-    return pod
 
 
 # -- disruptions bound to attempts -----------------------------------------------------------------
@@ -258,11 +226,11 @@ def _current_attempt(ctx: JobContext) -> str | None:
     the current one until the MPIJob is judged (`account` binds only while it runs): a worker's
     disruption seen with the exit 0 it caused (PRRTE exits 0 within a second of losing a daemon)
     makes that exit no finish (`interruption`)."""
-    pods = _launchers(ctx)
+    pods = launcher_pods(ctx)
     if not pods:
         return None
     pod = pods[-1]
-    if ended(pod) or _phase(pod) == "Succeeded":
+    if ended(pod) or phase_of(pod) == "Succeeded":
         return f"{name_of(pod)}#{restarts(ctx, pod)}"
     return f"{name_of(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
 
@@ -320,7 +288,7 @@ def launcher_disruptions(ctx: JobContext, entries: dict[str, Obj]) -> dict[str, 
     if ((ctx.launcher or {}).get("spec") or {}).get("podFailurePolicy"):
         return entries
     out = dict(entries)
-    for pod in _launchers(ctx):
+    for pod in launcher_pods(ctx):
         c = disruption(pod)
         if c is not None and ended(pod):
             out.setdefault(f"{name_of(pod)}#{restarts(ctx, pod)}", {
@@ -431,86 +399,3 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, li
         why = (f"launcher attempt(s) {', '.join(added)} not counted" if added
                else f"launcher attempt(s) {', '.join(failed)} failed" if failed else "the launcher's retries")
         draft.plan.patches.append(Patch(diff.ref_of(launcher), patch, f"{why}: backoffLimit {limit}"))
-
-
-# -- a launcher Job made afresh ---------------------------------------------------------------------
-
-
-def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | None:
-    """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
-    controller (docs/architecture.md section 11), or None:
-    - a disruption ended it (`interrupted_end`) and its Job has finished: Complete (an exit 0), which
-      cannot retry a success, or failed by its podFailurePolicy (an exit 1-127 under ExitCode);
-    - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
-      after a lost worker), or after, having run with the old ones (news still: a busy mpirun can take
-      seconds to see a host gone; not a failure announced before a resume): the Job's next pod would
-      come after its backoff (10 s, doubling); a Job made afresh starts with the new workers.
-    Never after a failure that ends the MPIJob (restartPolicy ExitCode, 1-127: `Failure.permanent`)."""
-    launcher = ctx.launcher
-    if launcher is None or not ctx.owned(launcher):
-        return None
-    if status.job_outcome(launcher) is not None:
-        pod = interrupted_end(ctx, accounts.entries)
-        return name_of(pod) if pod is not None else None
-    ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-    newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
-    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed":
-        return None  # (a pod still runs, or is being made: the Job retries by itself)
-    mine = [f for f in accounts.fails if f.pod == name_of(newest)]
-    late = _older_than_workers(ctx, newest) and any(f in accounts.news for f in mine)
-    return name_of(newest) if (workers_renewed or late) and not any(f.permanent for f in mine) else None
-
-
-def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
-    """The pod was created before the worker object that runs now: it ran with workers since made
-    afresh. Both times are the API server's (one clock), in whole seconds: the same second is not older
-    (a first start creates both in one pass)."""
-    made = str(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp") or "")
-    return bool(made) and ctx.owned(ctx.workers) and _order(pod, 0)[0] < made
-
-
-def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed: bool) -> bool:
-    """The launcher Job made afresh where its own retry cannot or should not run it (`remade`): its
-    ledger, the attempt announced, handed over (`hand_over`, `carry`). True while that happens."""
-    launcher = ctx.launcher
-    if launcher is not None and ctx.owned(launcher) and ownership.deleting(launcher):
-        return True
-    pod = remade(ctx, workers_renewed, accounts)
-    if launcher is None or pod is None:
-        return False
-    hand_over(ctx, draft, accounts.announced())
-    draft.recreate(launcher, f"launcher pod {pod} " + (
-        "ended as a disruption ended it: neither a finish nor a failure" if status.job_outcome(launcher) is not None
-        else "failed with workers made afresh: it starts with the new ones, not after its backoff"))
-    return True
-
-
-def ran(ctx: JobContext, launcher: Obj) -> bool:
-    """The launcher Job has run a pod (or shows one): not one made suspended that never started."""
-    st = launcher.get("status") or {}
-    counts = ("active", "ready", "terminating", "succeeded", "failed")
-    return bool(ctx.pods.launchers or st.get("startTime") or status.job_outcome(launcher) is not None
-                or any(isinstance(st.get(k), int) and st.get(k) > 0 for k in counts))
-
-
-def stop_for_suspend(ctx: JobContext, draft: Draft, accounts: Accounts) -> bool:
-    """A suspend (Kueue's preemption) ends the launcher's attempt, and that end is neither a finish nor
-    a failure: Open MPI 5's mpirun exits 0 on the SIGTERM (the Job would be Complete), another exits
-    non-zero (the Job would count it). So the launcher Job that has run is deleted rather than
-    suspended (Foreground: its pod goes first, with the same SIGTERM), nothing of its last attempt is
-    judged or counted, and the resume makes it afresh with the ledger as announced before the suspend
-    (`hand_over`, `carry`). True when that is done (or under way): nothing else is asked of that Job."""
-    launcher = ctx.launcher
-    if launcher is None or not ctx.owned(launcher):
-        return False
-    if ownership.deleting(launcher):
-        return True
-    if not ran(ctx, launcher):
-        return False  # made suspended and never started (a job created suspended, Kueue's admission)
-    # (its bindings go along as announced: the attempt they excused is over, neither counted nor
-    # pending, and their disrupted pods must not bind the resumed run's attempt)
-    done = tuple((k, {**v, "announced": True}) for k, v in accounts.book.not_counted)
-    hand_over(ctx, draft, replace(accounts.book, not_counted=done))
-    draft.recreate(launcher, "suspended: the attempt it ran is neither a finish nor a failure; "
-                             "the resume makes it afresh")
-    return True

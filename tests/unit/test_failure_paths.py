@@ -239,7 +239,7 @@ def test_resume_with_wait_for_workers_ready_holds_the_launcher_until_they_are(ba
     assert cond(job["status"], st.RUNNING)["status"] == "True"
     job, obs = suspended_then_stopped(job, obs, backend)
     job["spec"]["runPolicy"]["suspend"] = False
-    # the suspend deleted the launcher Job that had run (retries.stop_for_suspend): the resume makes it
+    # the suspend deleted the launcher Job that had run (afresh.stop_for_suspend): the resume makes it
     # afresh, once every worker is Ready
     job, obs, _ = converge(job, obs, backend, now=at(200))
     assert obs.launcher is None, "launcher made with 0 workers Ready"

@@ -305,7 +305,7 @@ def test_suspend_stops_every_pod_and_resume_starts_afresh(backend):
     assert cond(p.status, st.RUNNING) == {**cond(p.status, st.RUNNING), "status": "False", "reason": "MPIJobSuspended"}
     assert events(p) == ["MPIJobSuspended"]
     # the launcher Job that ran is deleted, not suspended: its attempt is neither a finish nor a
-    # failure, and the resume makes it afresh (retries.stop_for_suspend)
+    # failure, and the resume makes it afresh (afresh.stop_for_suspend)
     assert [(d.ref.kind, d.ref.name, d.propagation) for d in p.deletes] == [("Job", "pi-launcher", "Foreground")]
     assert not [x for x in p.patches if x.ref.name == "pi-launcher"]
     job, obs = apply_plan(job, obs, p)
@@ -345,7 +345,7 @@ def test_template_changes_made_while_suspended_reach_the_children(backend):
     assert obs.workers["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
     assert not obs.launcher["spec"].get("suspend") and not workers_stopped(obs)
     deleted = [d.ref.name for p in plans for d in p.deletes]
-    # (the launcher Job was deleted by the suspend, made afresh by the resume: retries.stop_for_suspend)
+    # (the launcher Job was deleted by the suspend, made afresh by the resume: afresh.stop_for_suspend)
     assert "pi-launcher" not in deleted and (("pi-worker" in deleted) == (backend == "job"))
 
 

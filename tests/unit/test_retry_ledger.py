@@ -284,7 +284,7 @@ def test_ledger_count_carried_when_a_resume_makes_the_launcher_afresh(backend):
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {"flavor": "a100"}
     job["spec"]["runPolicy"]["suspend"] = False
     job, obs, plans = converge(job, obs, backend, now=at(200), rounds=5)
-    # (the suspend deleted the launcher Job that had run: retries.stop_for_suspend)
+    # (the suspend deleted the launcher Job that had run: afresh.stop_for_suspend)
     assert "pi-launcher" in [d.ref.name for p in stopped + plans for d in p.deletes]
     assert obs.launcher["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
     assert (book_of(obs).failed, book_of(obs).counted) == (2, 2)
