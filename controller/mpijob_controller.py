@@ -35,6 +35,7 @@ from controller.informer_wiring import (  # noqa: F401 (POD_EVENT_BATCH_SECONDS:
     POD_EVENT_BATCH_SECONDS,
     POD_INDEX,
     InformerWiring,
+    pod_owners,
 )
 from controller.job_memory import TAKEN_CHILD, TAKEN_POLICY, JobMemories, JobMemory
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -120,6 +121,10 @@ class MPIJobController(InformerWiring):
         self._active = True
         for key in self.mpijobs.store.list_keys():  # a standby queued nothing: take every MPIJob now
             self.queue.add(key)
+        for pod in self.pods.store.list():  # and the held launcher pods of MPIJobs gone meanwhile
+            for key in pod_owners(pod) if hold.holds(pod) else []:
+                if self.mpijobs.store.get(key) is None:
+                    self.queue.add(key)
         for i in range(self.opts.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
