@@ -136,3 +136,34 @@ def test_drained_while_away(kubectl, op, namespace, backend):
     # released once recorded, so it went (the new launcher pod holds the finalizer in its turn)
     wait_until(lambda: get(kubectl, namespace, "pod", launcher["metadata"]["name"]) is None, 60, interval=0.5,
                what="the drained launcher pod released and gone")
+
+
+def test_evicted_worker(kubectl, op, namespace, backend):
+    """Worker 1 alone evicted through the Eviction API while an Open MPI launcher runs, backoffLimit 0;
+    that launcher then exits 0 with PRRTE's lost-daemon line in its log (kwok's `sim-cut-short`, as Open
+    MPI 5's mpirun after losing a daemon). That exit is not judged (before: Failed/WorkerLostDuringRun
+    at once, whatever backoffLimit said): announced as not counted, the launcher Job made afresh. Its
+    next attempt, which no disruption touched, is judged on its own log (kwok's is the same cut-short
+    one: Failed/WorkerLostDuringRun, naming that attempt's pod)."""
+    job = simulated_mpijob("pi", workers=2, launcher_runs="12s", launcher_log="cut-short",
+                           run_policy={"backoffLimit": 0})
+    job["spec"]["mpiImplementation"] = "OpenMPI"
+    op()
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    first = _launcher(kubectl, namespace)
+    (victim,) = [p for p in live(pods(kubectl, namespace, "pi", "worker"))
+                 if p["spec"]["hostname"] == "pi-worker-1"]
+    _evict(kubectl, namespace, victim["metadata"]["name"])
+    def announced() -> list[str]:
+        return [e["message"] for e in events(kubectl, namespace, "pi") if e["reason"] == "MPIJobRestarting"
+                and first["metadata"]["name"] in e["message"] and "exit code 0" in e["message"]]
+
+    msgs = wait_until(announced, 60, interval=0.5, what="the evicted run's exit 0 announced, not judged")
+    assert any("worker pi-worker-1 was disrupted" in m and "not counted" in m and "made afresh" in m
+               for m in msgs), msgs
+    conds = conditions(kubectl, namespace, "pi")
+    assert conds.get("Failed") is None and conds.get("Succeeded") is None, conds
+    assert wait_finished(kubectl, namespace, "pi", 120) == "Failed"
+    failed = conditions(kubectl, namespace, "pi")["Failed"]
+    assert failed["reason"] == "WorkerLostDuringRun" and first["metadata"]["name"] not in failed["message"], failed
