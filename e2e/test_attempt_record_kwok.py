@@ -167,3 +167,31 @@ def test_evicted_worker(kubectl, op, namespace, backend):
     assert wait_finished(kubectl, namespace, "pi", 120) == "Failed"
     failed = conditions(kubectl, namespace, "pi")["Failed"]
     assert failed["reason"] == "WorkerLostDuringRun" and first["metadata"]["name"] not in failed["message"], failed
+
+
+@pytest.mark.parametrize("exit_code", ["0", "1"])
+def test_preempted(kubectl, op, namespace, backend, exit_code):
+    """Kueue's preemption: runPolicy.suspend true while the launcher runs; its mpirun exits `exit_code` on
+    the SIGTERM (Open MPI 5's may exit 0), backoffLimit 0. Neither a finish nor a failure (before:
+    Succeeded beside Suspended on 0, Failed/BackoffLimitExceeded on 1): nothing judged or counted while
+    suspended; the resume runs a launcher Job made afresh, the count untouched."""
+    job = simulated_mpijob("pi", workers=2, launcher_runs=None, run_policy={"backoffLimit": 0})
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["annotations"][EXIT_ON_DELETE] = exit_code
+    op()
+    apply(kubectl, namespace, job)
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
+    first = _launcher(kubectl, namespace)
+    first_job = get(kubectl, namespace, "job", "pi-launcher")["metadata"]["uid"]
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+    wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60)
+    wait_until(lambda: get(kubectl, namespace, "pod", first["metadata"]["name"]) is None, 60, interval=0.5,
+               what="the preempted launcher pod gone")
+    conds = conditions(kubectl, namespace, "pi")
+    assert conds.get("Failed") is None and conds.get("Succeeded") is None, conds
+    kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+    wait_condition(kubectl, namespace, "pi", "Running", timeout=90)
+    assert get(kubectl, namespace, "job", "pi-launcher")["metadata"]["uid"] != first_job  # made afresh
+    mpijob = get(kubectl, namespace, "mpijobs.kubeflow.org", "pi")
+    assert (mpijob["status"]["replicaStatuses"]["Launcher"].get("failed") or 0) == 0, mpijob["status"]
+    conds = conditions(kubectl, namespace, "pi")
+    assert conds.get("Failed") is None and conds.get("Succeeded") is None, conds
