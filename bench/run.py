@@ -5,6 +5,7 @@
                         [--no-recovery] [--recovery-runs 3]
 
 - plan: pure reconciles per second (bench_plan), no cluster;
+- logscan: a launcher log's scan, MiB per CPU second and its peak memory (bench_logscan), no cluster;
 - informer: events/s through informer -> queue, memory per cached pod (bench_informer);
 - cluster: the pods a second the local cluster creates and runs, the writes a second its API server
   sustains, without the operator: what the operator's throughput is compared with (bench_cluster);
@@ -39,7 +40,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_cluster, bench_informer, bench_operator, bench_plan, recovery, side_by_side
+from bench import bench_cluster, bench_informer, bench_logscan, bench_operator, bench_plan, recovery, side_by_side
 from testsupport.paths import ROOT
 
 
@@ -81,6 +82,13 @@ def render(results: dict) -> str:
         ("plans/s, steady state", [r["steady_plans_per_s"] for r in plan]),
         ("  writes in that plan", [r["steady_writes"] for r in plan]),
     ], title="plan (pure reconcile of one MPIJob)"))
+
+    scans = (results.get("logscan") or {}).get("results") or []  # absent from results made before it
+    if scans:
+        parts.append(fmt([r["log"] for r in scans], [
+            ("MiB scanned per CPU second", [r["mib_per_cpu_s"] for r in scans]),
+            ("peak KiB the scan allocates", [r["peak_kib"] for r in scans]),
+        ], title=f"launcher log scan ({scans[0]['mib']} MiB, the scan's bound)"))
 
     ev, mem = results["informer"]["informer_events"], results["informer"]["pod_memory"]
     parts.append(fmt(["value"], [
@@ -155,6 +163,7 @@ def main() -> int:
                      "control_plane_idle_rss_mib": control_plane_memory()}
     print(">> plan (pure reconciles)", file=sys.stderr, flush=True)
     results["plan"] = bench_plan.run()
+    results["logscan"] = bench_logscan.run()
     print(">> informer pipeline", file=sys.stderr, flush=True)
     results["informer"] = bench_informer.run()
     results["cluster"] = bench_cluster.run(kubeconfig)

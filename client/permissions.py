@@ -50,8 +50,9 @@ OPERATOR: Grants = {
     # pods are the Job/StatefulSet controllers': watched (readiness, discover_hosts.sh), deleted under
     # cleanPodPolicy All and for the upstream operator's bare workers (reconcilers/takeover.py),
     # patched with one annotation on an elastic launcher's pod (reconcilers/elastic.py); created only
-    # as a taken-over MPIJob's lost bare worker, as upstream makes it (reconcilers/takeover.py), and
-    # read (get) when that create meets AlreadyExists, as for every child
+    # as a taken-over MPIJob's lost bare worker, as upstream makes it (reconcilers/takeover.py; the
+    # admission policy of manifests/rbac/bare_worker_policy.yaml refuses any other pod), and read (get)
+    # when that create meets AlreadyExists, as for every child
     ("", "pods"): frozenset({"list", "watch", "patch", "delete", "create", "get"}),
     # the end of a launcher pod's log, for the verdict on an Open MPI exit 0 (controller/evidence.py)
     ("", "pods/log"): frozenset({"get"}),

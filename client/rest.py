@@ -22,8 +22,7 @@ import json
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -130,29 +129,6 @@ class WatchStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def tail(chunks: Iterable[bytes], keep: int) -> bytes:
-    """The last `keep` bytes of the stream `chunks`, from a line's start when cut (a partial first
-    line dropped), holding at most `keep` bytes plus one chunk at any time."""
-    held: deque[bytes] = deque()
-    size = 0
-    before = b"\n"  # the last byte dropped so far; the stream starts at a line's start
-    for chunk in chunks:
-        if not chunk:
-            continue
-        held.append(chunk)
-        size += len(chunk)
-        while held and size - len(held[0]) >= keep:  # the rest still holds `keep` bytes: drop the oldest
-            old = held.popleft()
-            size -= len(old)
-            before = old[-1:]
-    data = b"".join(held)
-    start = max(len(data) - keep, 0)
-    if (data[start - 1:start] if start else before) == b"\n":  # cut at a line's start: kept whole
-        return data[start:]
-    cut = data.find(b"\n", start)
-    return data[cut + 1:] if cut >= 0 else data[start:]
 
 
 def _body(raw: urllib3.BaseHTTPResponse) -> bytes:
@@ -309,26 +285,19 @@ class RestClient:
         data = self._exchange("GET", path, query, None, "application/json", timeout, None, "text/plain, */*")
         return data.decode("utf-8", "replace")
 
-    def get_tail(self, path: str, keep: int, timeout: float = 15, query: dict | None = None) -> bytes:
-        """A GET whose answer is streamed and only its last `keep` bytes kept (`tail`): a pod's log
-        read to its end, the newest lines always kept, memory bounded whatever the answer's size.
-        `timeout` bounds the connect, each read and the whole answer (TimeoutError). ApiError on a
-        non-2xx; connection errors propagate."""
+    @contextlib.contextmanager
+    def get_stream(self, path: str, timeout: float = 15, query: dict | None = None) -> Iterator[Iterator[bytes]]:
+        """A GET whose answer is handed over in chunks as they arrive, never held whole: a pod's log,
+        scanned as it streams (controller/logscan.py). `timeout` bounds the connect and each read
+        (urllib3's ReadTimeoutError); the caller bounds the whole. ApiError on a non-2xx; connection
+        errors propagate. Leaving the block early closes the connection."""
         if self.fence is not None:
             self.fence.check("GET", path, query)
         raw = self._send("GET", path, query, None, "application/json", (timeout, timeout), accept="text/plain, */*")
         if not 200 <= raw.status <= 299:
             _body(raw)  # raises ApiError with the server's Status
-        deadline = time.monotonic() + timeout
-
-        def chunks() -> Iterator[bytes]:
-            for chunk in raw.stream(64 * 1024, decode_content=True):
-                yield chunk
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the answer took more than {timeout:.0f}s")
-
         try:
-            return tail(chunks(), keep)
+            yield raw.stream(64 * 1024, decode_content=True)
         finally:
             with contextlib.suppress(Exception):
                 raw.close()

@@ -20,6 +20,7 @@ class Options:
     worker_backend: str = "job"
     namespace: str = ""
     threadiness: int = 4
+    log_readers: int = 4
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
     resync_period: float = 300.0
@@ -38,6 +39,7 @@ class Options:
     gang_scheduling: str = ""
     network_isolation: bool = True
     launcher_restart: str = "auto"
+    launcher_names_wait: int = 300
     master: str = ""
     ignored_flags: tuple[str, ...] = ()  # upstream (klog) flags accepted without effect; logged once
 
@@ -46,6 +48,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -81,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=os.environ.get("KUBEFLOW_NAMESPACE", ""),
                    help="watch only this namespace (default: $KUBEFLOW_NAMESPACE, else all)")
     p.add_argument("--threadiness", type=_positive_int, default=4, help="MPIJobs reconciled at once")
+    p.add_argument("--log-readers", type=_positive_int, default=4,
+                   help="launcher logs read at once for verdicts, apart from the reconciles")
     p.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side limit of API calls/s")
     p.add_argument("--kube-api-burst", type=_positive_int, default=100, help="burst of API calls")
     p.add_argument("--resync-period", type=float, default=300.0,
@@ -116,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
                    "(Kubernetes >= 1.34): 'auto' (default) and 'in-place' restart its container in place with "
                    "both backends; 'new-pod' always makes a new pod (with the Job backend, after a lost worker, "
                    "in a launcher Job made afresh with the new workers)")
+    p.add_argument("--launcher-names-wait", type=_non_negative_int, default=300,
+                   help="seconds the launcher's init container mpijob-wait-for-workers waits for every host of "
+                   "the hostfile to resolve before mpirun starts; past it the attempt fails naming the hosts "
+                   "(default: 300; 0: no init container, for launcher images without /bin/sh)")
     return p
 
 

@@ -75,8 +75,9 @@ class JobMemory:
 
 
 class JobMemories:
-    """ns/name -> JobMemory of one uid. Thread-safe: the informers' reflector threads (events) and
-    the workers (one per key at a time) share it."""
+    """ns/name -> JobMemory of one uid. Thread-safe: the informers' reflector threads (events), the
+    workers (one per key at a time) and the log readers (a memory's `reports` and `log_retries`,
+    controller/logreader.py) share it, under `lock`."""
 
     def __init__(self, expectations: Expectations) -> None:
         self.expectations = expectations

@@ -1,8 +1,9 @@
 """The MPIJob controller: informer events -> work queue -> plan (pure) -> executor.
 
-The informers and their event handlers are in controller/informer_wiring.py, the launcher log reads
-a verdict waits on in controller/evidence.py. Each event maps to the key "<namespace>/<mpijob>" of
-the one MPIJob to reconcile; a key is never worked by two threads.
+The informers and their event handlers are in controller/informer_wiring.py; the launcher log reads
+a verdict waits on run on controller/logreader.py's threads (controller/evidence.py), never here.
+Each event maps to the key "<namespace>/<mpijob>" of the one MPIJob to reconcile; a key is never
+worked by two threads.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import structlog
 
 from client.errors import CONNECTION_ERRORS, ApiError
 from client.resources import MPIJOBS, NETWORKPOLICIES, resource_for
-from controller import evidence, logs, metrics, sshkeys
+from controller import logs, metrics, sshkeys
 from controller.config import Options
 from controller.executor import (
     Executor,
@@ -38,6 +39,7 @@ from controller.informer_wiring import (  # noqa: F401 (POD_EVENT_BATCH_SECONDS:
     pod_owners,
 )
 from controller.job_memory import TAKEN_CHILD, TAKEN_POLICY, JobMemories, JobMemory
+from controller.logreader import LogReader
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from informers.factory import InformerFactory
 from informers.store import split_key
@@ -98,6 +100,7 @@ class MPIJobController(InformerWiring):
             # where a failed launcher restarts in place (reconcilers/failure/restartpolicy.py)
             container_restart_rules=container_restart_rules,
             launcher_restart=opts.launcher_restart,
+            launcher_names_wait_s=opts.launcher_names_wait,
             # the operator's RBAC as found at start-up (controller/access.py; reconcilers/access.py)
             permissions_missing=permissions_missing,
             features_off=features_off,
@@ -110,6 +113,9 @@ class MPIJobController(InformerWiring):
         # Everything remembered of one MPIJob (uid) between reconciles, forgotten in one place
         # (controller/job_memory.py): refusals, a taken name, the pods' pace, expectations, series.
         self.memory = JobMemories(self.expectations)
+        # Reads launcher logs on threads of its own; a reconcile only asks (controller/logreader.py).
+        self.log_reader = LogReader(lambda: self.executor.client, self.memory.lock, self.queue.add,
+                                    self.queue.add_after, threads=opts.log_readers)
         # Set once the workers run (this replica leads): a standby neither queues nor remembers
         # anything, and its takeover queues every cached MPIJob (docs/architecture.md section 3.2).
         self._active = False
@@ -119,6 +125,7 @@ class MPIJobController(InformerWiring):
     # ------------------------------------------------------------------ workers
     def run_workers(self) -> None:
         self._active = True
+        self.log_reader.start()
         for key in self.mpijobs.store.list_keys():  # a standby queued nothing: take every MPIJob now
             self.queue.add(key)
         for pod in self.pods.store.list():  # and the held launcher pods of MPIJobs gone meanwhile
@@ -134,6 +141,7 @@ class MPIJobController(InformerWiring):
     def shutdown(self, timeout: float = 20.0) -> bool:
         """Stops the workers; True once every one has returned (no write of ours is in flight)."""
         self.queue.shutdown()
+        self.log_reader.stop()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -288,7 +296,7 @@ class MPIJobController(InformerWiring):
             gone = tuple(mem.gone_workers)
         inputs = Inputs(mpijob, observed, self.config, self.now(), self.keygen, refusal=last,
                         taken=taken, policy_taken=policy_taken, settle_s=self._settle(mem, mpijob),
-                        reports=dict(mem.reports),
+                        reports=self._reports(mem),
                         gone_workers=gone, disrupted=disrupted)
         plan = make_plan(inputs)
         showing = last is not None and not mem.refusal_shown
@@ -368,15 +376,19 @@ class MPIJobController(InformerWiring):
             metrics.job_not_running_since.labels(ns, name).set(since.timestamp())
 
     def _read_logs(self, key: str, mem: JobMemory, plan: Plan) -> None:
-        """The launcher logs the verdict waits on (controller/evidence.py): plan again at once with
-        what they said, or when a read that met a transient answer may be tried again."""
-        off = dict(self.config.features_off).get("launcher-log")  # no pods/log granted: judged without it
-        added, wait = evidence.read_wanted(self.executor.client, mem.reports, mem.log_retries, plan.read_logs,
-                                           time.monotonic(), off=off)
+        """The launcher logs the verdict waits on, asked of the reader threads (controller/logreader.py),
+        which queue `key` again with what they said; a report known now (no pods/log granted: judged
+        without it) plans again at once, a retry not yet due when it is."""
+        off = dict(self.config.features_off).get("launcher-log")
+        added, wait = self.log_reader.ask(key, mem, plan.read_logs, off=off)
         if added:
             self.queue.add(key)
         elif wait is not None:
             self.queue.add_after(key, wait)
+
+    def _reports(self, mem: JobMemory) -> dict:
+        with self.memory.lock:  # the reader threads add to it
+            return dict(mem.reports)
 
     def _settle(self, mem: JobMemory, mpijob: dict) -> float:
         bringing_up = pace.bringing_up(mpijob)

@@ -163,10 +163,10 @@ def test_no_loss_seen_kwok_a_worker_replaced_while_no_operator_runs_is_never_suc
 
 
 def test_log_tail_kwok_a_chatty_launchers_lost_daemon_is_seen(kubectl, operator, namespace, backend):
-    """The launcher's last 500 lines are 370 KB, PRRTE's lost daemon in the last of them (kwok serves
-    the log with the kubelet's own reader): the operator reads them all, keeps the newest 256 KiB, and
-    finds it: Failed/WorkerLostDuringRun. (Before: tailLines with limitBytes=256 KiB, the kubelet
-    wrote the oldest 256 KiB of those lines and stopped: Succeeded.)"""
+    """The launcher's log is 420 KB, PRRTE's lost daemon in its last lines (kwok serves the log with
+    the kubelet's own reader): no loss was seen, so the operator scans the whole log as it streams
+    and finds it: Failed/WorkerLostDuringRun. (Before issue 41: tailLines with limitBytes=256 KiB,
+    the kubelet wrote the oldest 256 KiB of the last 500 lines and stopped: Succeeded.)"""
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs="3s", launcher_log="chatty-cut-short"))
     failed = wait_condition(kubectl, namespace, "pi", "Failed", timeout=60)
     assert failed["reason"] == "WorkerLostDuringRun" and PRRTE_LINE in failed["message"], failed

@@ -396,8 +396,8 @@ def test_no_loss_seen_a_worker_cut_off_from_the_network_is_never_succeeded(kubec
           f"{time.monotonic() - t0:5.1f}s after submit")
 
 
-# 600 lines of 700 bytes before mpirun: the launcher's last 500 lines are more than the 256 KiB the
-# operator keeps, PRRTE's message among the newest.
+# 600 lines of 700 bytes before mpirun: more than 256 KiB in the launcher's last 500 lines, PRRTE's
+# message among the newest. (Output after mpirun: e2e/test_realnode_chatty.py.)
 CHATTY = "i=0; while [ $i -lt 600 ]; do printf 'step %d: %0700d\\n' $i 0; i=$((i + 1)); done; "
 
 
@@ -406,7 +406,7 @@ def test_log_tail_a_chatty_launchers_lost_daemon_is_seen(kubectl, realnode, mpi_
                                                         backend, flavour):
     """A launcher that prints 420 KB before mpirun; worker 0 is deleted while the ranks compute. PRRTE's
     lost-daemon message is in the log's newest lines, behind more than 256 KiB of the last 500: the
-    operator reads them to the end and keeps the newest. (Before: tailLines with limitBytes 256 KiB:
+    operator scans the log from just before the loss to its end. (Before issue 41: tailLines with limitBytes 256 KiB:
     the kubelet wrote the oldest 256 KiB of the last 500 lines and stopped before PRRTE's message:
     Succeeded, "its log shows no lost daemon".)"""
     name = "chatty"

@@ -13,7 +13,7 @@ import base64
 import hashlib
 import json
 
-from reconcilers import names
+from reconcilers import discovery, names, namewait
 from reconcilers.clone import clone
 from reconcilers.defaults import LAUNCHER, WORKER
 from reconcilers.failure import restartpolicy
@@ -374,6 +374,10 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
         template["metadata"]["labels"][names.REPLICA_INDEX_LABEL] = "0"  # as upstream: a rank only then
     _add_volume(spec, _config_volume(mpijob))
     _add_mount(container, CONFIG_VOLUME, HOSTFILE_DIR)
+    # mpirun starts only once every host of the hostfile resolves (docs/architecture.md 4.1); an elastic
+    # launcher starts with the workers there are, and discovers the rest itself (section 9.2)
+    if not discovery.is_elastic(mpijob):
+        namewait.add_to(spec, config.launcher_names_wait_s, CONFIG_VOLUME, HOSTFILE_DIR)
     if not any(name == names.ATTEMPT_RECORD_FEATURE for name, _ in config.features_off):
         # held until its end is recorded (reconcilers/failure/hold.py); the Job controller copies a
         # template's finalizers onto the pods it makes

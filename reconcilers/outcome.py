@@ -16,7 +16,7 @@ One Event per transition, never per reconcile.
 
 from __future__ import annotations
 
-from reconcilers import ownership, refusal, status
+from reconcilers import namewait, ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure import afresh, evidence, messages, workerloss
@@ -129,7 +129,7 @@ def last_failed_launcher_pod(ctx: JobContext) -> str:
         return ""
     pod = max(failed, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
     pst = pod.get("status") or {}
-    reason, message = pst.get("reason"), pst.get("message")
+    reason, message = pst.get("reason"), pst.get("message") or namewait.init_failure(pod)
     for cs in pst.get("containerStatuses") or []:
         term = ((cs or {}).get("state") or {}).get("terminated") or {}
         if term:

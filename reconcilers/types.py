@@ -51,6 +51,9 @@ class Config:
     # --launcher-restart: "auto" and "in-place" (in place with both backends), "new-pod" (never in
     # place).
     launcher_restart: str = "auto"
+    # --launcher-names-wait: seconds the launcher's init container waits for its hostfile's names to
+    # resolve before it fails (reconcilers/namewait.py); 0: no init container.
+    launcher_names_wait_s: int = 300
 
 
 @dataclass(frozen=True)
@@ -125,13 +128,15 @@ class Event:
 
 @dataclass(frozen=True)
 class LogRead:
-    """Read the end of a launcher pod's log (reconcilers/failure/evidence.py): the evidence an exit 0 after a
-    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports)."""
+    """Scan a launcher pod's log (reconcilers/failure/evidence.py): the evidence an exit 0 after a
+    worker's loss needs. The controller reads it and plans again with the report (Inputs.reports).
+    `since`: the read's `sinceTime` (RFC 3339), just before the first loss seen; None: the whole log."""
 
     namespace: str
     pod: str
     uid: str
     container: str
+    since: str | None = None
 
 
 @dataclass

@@ -17,8 +17,9 @@ nothing the manifests do not grant (issue 36 item 9).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3
@@ -101,10 +102,12 @@ class FakeApi:
         answer = self.request("GET", path, query=query, timeout=timeout)
         return answer if isinstance(answer, str) else ""
 
-    def get_tail(self, path: str, keep: int, timeout: float = 15, query: dict | None = None) -> bytes:
-        """As RestClient.get_tail (a pod's log): the answer's last `keep` bytes."""
+    @contextlib.contextmanager
+    def get_stream(self, path: str, timeout: float = 15, query: dict | None = None) -> Iterator[Iterator[bytes]]:
+        """As RestClient.get_stream (a pod's log): the answer in chunks of 64 KiB."""
         answer = self.request("GET", path, query=query, timeout=timeout)
-        return (answer if isinstance(answer, str) else "").encode()[-keep:]
+        data = (answer if isinstance(answer, str) else "").encode()
+        yield iter([data[at:at + 65536] for at in range(0, len(data), 65536)])
 
     def stream(self, path: str, query: dict | None = None, timeout: float = 80) -> Any:
         self.fence.check("GET", path, {**(query or {}), "watch": True})

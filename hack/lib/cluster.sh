@@ -93,7 +93,7 @@ kwok_logs() {  # kwok_logs <dir>: the simulated containers' logs and their Clust
   mkdir -p "$d/kwok-logs"
   cp "$src/finished.log" "$src/cut-short.log" "$d/kwok-logs/"
   for i in $(seq 0 599); do
-    printf '2026-01-01T00:00:05.000000000Z stdout F step %d: %0700d\n' "$i" 0
+    printf '2099-01-01T00:00:05.000000000Z stdout F step %d: %0700d\n' "$i" 0
   done >"$d/kwok-logs/chatty-cut-short.log"
   cat "$src/cut-short.log" >>"$d/kwok-logs/chatty-cut-short.log"
   cat >"$d/kwok-logs.yaml" <<KL

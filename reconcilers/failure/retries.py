@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reconcilers import desired, diff, names, ownership
+from reconcilers import desired, diff, names, namewait, ownership
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure.ledger import LEDGER, Ledger, job_limit
@@ -184,7 +184,9 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
         run = restarts(ctx, pod)
         attempt, order = f"{name}#{run}", attempt_order(pod, run)
         term = ((cs.get("state") or {}).get("terminated") or {})
-        code, text = _exit(term) if term else (None, (pod.get("status") or {}).get("reason") or "failed")
+        # a launcher whose hosts' names never resolved failed in its init container (namewait.py)
+        code, text = _exit(term) if term else (None, namewait.init_failure(pod)
+                                              or (pod.get("status") or {}).get("reason") or "failed")
         if not ended(pod):
             why = why_of(not_counted.get(attempt)) if phase_of(pod) == "Succeeded" else ""
             if why:  # an exit 0 a worker's disruption ended: no finish (`interruption`), not counted

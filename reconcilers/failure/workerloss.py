@@ -137,8 +137,12 @@ def attempt(ctx: JobContext) -> Obj | None:
 
 def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
     """The hostnames of the workers lost during `launcher_pod`'s run (rules 1 and 2 above)."""
+    return sorted({desired.pod_hostname(p) for p in _lost_during(ctx, launcher_pod)})
+
+
+def _lost_during(ctx: JobContext, launcher_pod: Obj) -> list[Obj]:
     created = status.parse_time(_meta(launcher_pod).get("creationTimestamp"))
-    out = set()
+    out = []
     for pod in _lost_pods(ctx):
         asked = delete_asked_at(pod)
         if asked is not None and created is not None and asked <= created:
@@ -147,8 +151,15 @@ def lost_workers(ctx: JobContext, launcher_pod: Obj) -> list[str]:
             continue
         if asked is None and created is not None and _replaced_by(ctx, pod, created):
             continue  # ended before this attempt began: its replacement was already there
-        out.add(desired.pod_hostname(pod))
-    return sorted(out)
+        out.append(pod)
+    return out
+
+
+def _lost_at(pod: Obj) -> datetime | None:
+    """When a lost worker went: its delete asked for, else its last container's end (None: unknown)."""
+    ends = [status.parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for c in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(c, dict)]
+    return delete_asked_at(pod) or max((t for t in ends if t is not None), default=None)
 
 
 def _replaced_by(ctx: JobContext, ended: Obj, created: datetime) -> bool:
@@ -278,12 +289,18 @@ def judge(ctx: JobContext, draft: Draft) -> Judgement:
             return Judgement(cut_short=f"a worker was lost while launcher pod {name} ran, and that pod is gone "
                                        "(its log cannot be read)")
         return _unread_success("its pod is gone")
-    lost = lost_workers(ctx, pod)
-    seen = bool(lost) or name == _meta(pod).get("name")
+    lost_pods = _lost_during(ctx, pod)
+    lost = sorted({desired.pod_hostname(p) for p in lost_pods})
+    recorded = name == _meta(pod).get("name")
+    seen = bool(lost) or recorded
     uid = _meta(pod).get("uid") or ""
     report: LauncherReport | None = ctx.inputs.reports.get(uid)
-    if report is None:
-        return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid, _container(ctx)))
+    if report is None:  # read from just before the loss (the whole log without one): evidence.py read_since
+        record = status.get_condition(draft.status, WORKER_LOST) if recorded else None
+        since = evidence.read_since([*map(_lost_at, lost_pods), status.parse_time((record or {}).get(
+            "lastTransitionTime"))]) if seen else None
+        return Judgement(wait=True, read=LogRead(ctx.namespace, _meta(pod).get("name", ""), uid, _container(ctx),
+                                                 since))
     what = _what_was_lost(draft.status, lost) if seen else "no worker pod was seen to end"
     if report.cut_short is not None:
         return Judgement(cut_short=f"{what} while it ran, and its log shows it cut ranks short: "

@@ -186,6 +186,8 @@ def test_kustomizations_render_the_expected_objects(kubectl):
         ("ValidatingAdmissionPolicyBinding", "", "mpi-operator-pod-writes"),
         ("ValidatingAdmissionPolicy", "", "mpi-operator-secret-writes"),
         ("ValidatingAdmissionPolicyBinding", "", "mpi-operator-secret-writes"),
+        ("ValidatingAdmissionPolicy", "", "mpi-operator-bare-workers"),
+        ("ValidatingAdmissionPolicyBinding", "", "mpi-operator-bare-workers"),
         ("Deployment", NS, "mpi-operator"),
         ("PodDisruptionBudget", NS, "mpi-operator"),
         ("Service", NS, "mpi-operator-metrics"),
