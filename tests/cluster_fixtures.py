@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcilers.names import ATTEMPT_RECORD_FINALIZER
-from testsupport.kubectl import Kubectl, runner
+from testsupport.kubectl import Kubectl, release_held_pods, runner
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 
@@ -69,14 +68,3 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
     kubectl("delete", "namespace", name, "--wait=false", check=False)
     release_held_pods(kubectl, name)
 
-
-def release_held_pods(kubectl: Kubectl, ns: str) -> None:
-    """The launcher pods of `ns` still held by the operator's finalizer (reconcilers/failure/hold.py),
-    released: the test's operator stopped before its namespace is deleted, and a pod it held would keep
-    the namespace Terminating for good (what an operator away does to its pods, docs/operations.md)."""
-    r = kubectl("-n", ns, "get", "pods", "-o", "json", check=False)
-    for pod in json.loads(r.stdout)["items"] if r.returncode == 0 else []:
-        if ATTEMPT_RECORD_FINALIZER in (pod["metadata"].get("finalizers") or []):
-            kubectl("-n", ns, "patch", "pod", pod["metadata"]["name"], "--type=strategic", "-p",
-                    json.dumps({"metadata": {"$deleteFromPrimitiveList/finalizers": [ATTEMPT_RECORD_FINALIZER]}}),
-                    check=False)
