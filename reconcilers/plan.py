@@ -2,7 +2,8 @@
 
 Order of decisions:
 1. Not ours (`runPolicy.managedBy` set to anything but `Config.controller_name`): empty Plan.
-2. Being deleted (`metadata.deletionTimestamp`): empty Plan (the garbage collector removes children).
+2. Being deleted (`metadata.deletionTimestamp`): the held launcher pods released (failure/hold.py),
+   nothing else (the garbage collector removes children).
 3. Invalid (validation.validate): status Failed/InvalidSpec + a Warning Event naming the fields; no
    children. A later valid spec clears that condition and the job proceeds.
 4. A child of one of our names exists but is not controlled by this MPIJob (name clash, or a
@@ -27,16 +28,14 @@ Each policy is a module of pure functions over one JobContext (reconcilers/conte
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
 refused, clash condition, launcher outcome, deadline, TTL), verdict.py (what ends the job, and when
-nothing is judged), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps
-the order of decisions and the state dispatch.
+nothing is judged), children.py (Service, ConfigMap, Secret, workers, launcher), takeover.py
+(upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps the order of decisions and
+the state dispatch.
 
 Expressed in the Plan:
-- `creates`/`patches`: children, JSON merge patches of owned fields only.
-- `deletes`: a suspended Job to recreate (uid precondition), and under cleanPodPolicy All the
-  leftover pods (`Ref("v1", "Pod", ns, name)`, uid precondition).
-- `patches` of Pods: the release of a launcher pod's finalizer once its end is recorded
-  (reconcilers/failure/hold.py; a strategic merge patch).
+- `creates`/`patches`: children, JSON merge patches of owned fields only; of a Pod, the release of
+  its finalizer once its end is recorded (a strategic merge patch, failure/hold.py).
+- `deletes`: a Job to recreate (uid precondition), and under cleanPodPolicy All the leftover pods.
 - `status`: the complete new status (write it to the status subresource), None when unchanged.
 - `events`: only on transitions. `requeue_after`: seconds. `delete_mpijob`: TTL ran out.
 """
