@@ -22,8 +22,8 @@ from reconcilers.failure.ledger import hand_over
 from reconcilers.failure.retries import (
     Accounts,
     attempt_order,
-    disruption,
     disruption_text,
+    ended_by_disruption,
     launcher_pods,
     name_of,
     phase_of,
@@ -40,7 +40,7 @@ def interruption(ctx: JobContext, pod: Obj, entries: Obj) -> str | None:
     its exit code: Open MPI 5's mpirun exits 0 on SIGTERM and after losing a daemon as readily as after
     its ranks finished, and an exit 1-127 is the host's loss, not the program's (docs/architecture.md
     section 11, "An attempt a disruption or a suspend ended")."""
-    own = disruption(pod)
+    own = ended_by_disruption(pod)  # (not one evicted after its end: retries.ended_by_disruption)
     if own is not None:
         return f"launcher pod {name_of(pod)} was disrupted ({disruption_text(own)})"
     return why_of(entries.get(f"{name_of(pod)}#{restarts(ctx, pod)}")) or None

@@ -90,6 +90,23 @@ def disruption(pod: Obj) -> Obj | None:
     return None
 
 
+def ended_by_disruption(pod: Obj) -> Obj | None:
+    """The pod's DisruptionTarget when the disruption ended it; None when there is none, or when the pod
+    had ended before it: the Eviction API sets the condition on a pod that already Succeeded too (a
+    drain after the run). A graceful delete raises the pod's `metadata.generation`, and the kubelet
+    records the generation it saw with each status (`status.observedGeneration`): an end written below
+    the generation was written before the delete, so the pod ended by itself (measured on the local
+    cluster's v1.37 kubelet; one object's counter, no clock). Without the field (an older kubelet,
+    kwok), the condition decides, as before."""
+    c = disruption(pod)
+    st, meta = pod.get("status") or {}, pod.get("metadata") or {}
+    gen, seen = meta.get("generation"), st.get("observedGeneration")
+    if c is not None and st.get("phase") in ("Succeeded", "Failed") and isinstance(gen, int) \
+            and isinstance(seen, int) and seen < gen:
+        return None
+    return c
+
+
 def disruption_text(c: Obj) -> str:
     reason, message = c.get("reason") or "Disrupted", (c.get("message") or "").rstrip(".")
     return f"{reason}: {message}" if message else reason
@@ -128,7 +145,7 @@ def ended(pod: Obj) -> bool:
     finish (`interruption`)."""
     phase = (pod.get("status") or {}).get("phase")
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return phase == "Failed" or (disruption(pod) is not None and (phase == "Succeeded" or deleting))
+    return phase == "Failed" or (ended_by_disruption(pod) is not None and (phase == "Succeeded" or deleting))
 
 
 def _terminations(ctx: JobContext, pod: Obj, cs: Obj) -> list[Obj]:
@@ -192,7 +209,7 @@ def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
             if why:  # an exit 0 a worker's disruption ended: no finish (`interruption`), not counted
                 out.append(Failure(attempt, name, f"{text}; {why}", False, code, order=order))
             continue
-        own = disruption(pod)
+        own = ended_by_disruption(pod)
         if own is not None:
             # (excused only where the Job counted it: a failed pod, no podFailurePolicy to ignore it)
             counted_by_job = phase_of(pod) == "Failed" and not ((ctx.launcher or {}).get("spec") or {}).get(

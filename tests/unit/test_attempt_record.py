@@ -193,3 +193,31 @@ def test_a_clean_run_costs_one_release_and_nothing_at_bring_up(backend):
     after = run(job, obs, backend, now=at(62.5))
     assert released(after) == [done["metadata"]["name"]]
     assert after.writes == 1 + sum(1 for x in after.patches if x.ref.kind != "Pod"), after.patches
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("seen_generation", "want"), [
+    (1, "Succeeded"),  # the kubelet wrote its end before the delete: it finished, then was evicted
+    (2, None),  # written after the delete: the eviction ended it (no finish: made afresh)
+    (None, None),  # no observedGeneration (an older kubelet, kwok): the condition decides, as before
+])
+def test_evicted_after_finish(backend, seen_generation, want):
+    """The launcher exited 0 after its ranks finished, then a drain evicted it (the Eviction API sets
+    DisruptionTarget on a Succeeded pod too) before the verdict was written (the operator away, the pod
+    held). Its end is its own: the MPIJob is Succeeded, not run again. Told by the pod alone: a graceful
+    delete raises metadata.generation, and the kubelet's terminal status records the generation it saw."""
+    from reconcilers.failure.evidence import LauncherReport
+
+    job, obs = running_state(mpijob(run_policy={"backoffLimit": 0}, spec={"mpiImplementation": "OpenMPI"}), backend)
+    done = ended(job, 0, obs.launcher, disrupted=True, deleting=True)
+    done["metadata"]["generation"] = 2
+    if seen_generation is not None:
+        done["status"]["observedGeneration"] = seen_generation
+    obs = replace(obs, pods=[done, *obs.pods[1:]],
+                  launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0))
+    uid = done["metadata"]["uid"]
+    p = run(job, obs, backend, reports={uid: LauncherReport(uid)})
+    succeeded = st.get_condition(p.status, st.SUCCEEDED)
+    assert (succeeded["status"] if succeeded else None) == ("True" if want else None), p.status
+    deleted = [(d.ref.kind, d.ref.name) for d in p.deletes]
+    assert (("Job", "pi-launcher") in deleted) == (want is None), deleted
