@@ -157,3 +157,27 @@ def test_drained_while_away(kubectl, realnode, openmpi5, op, namespace, backend)
                for m in msgs), msgs
     assert get(kubectl, namespace, "pod", launcher["metadata"]["name"]) is None
     _no_pod_held(kubectl, namespace, name)
+
+
+def test_evicted_after_finish(kubectl, realnode, openmpi5, op, namespace, backend):
+    """The operator SIGKILLed while the ranks compute; the launcher finishes (pi from every rank, exit 0),
+    then is evicted through the Eviction API (it gets DisruptionTarget though it had Succeeded), before
+    any verdict was written; the operator started again: the pod, held, shows it ended by itself (its
+    end written before its delete), so the MPIJob is Succeeded with that one attempt, not run again."""
+    first = op()
+    name = "finished"
+    _start(kubectl, namespace, name, openmpi5)
+    (launcher,) = [p for p in pods(kubectl, namespace, name, "launcher") if p["status"].get("phase") == "Running"]
+    first.kill()
+    pod = launcher["metadata"]["name"]
+    wait_until(lambda: (get(kubectl, namespace, "pod", pod) or {}).get("status", {}).get("phase") == "Succeeded",
+               240, interval=0.5, what="the launcher to finish")
+    _evict(kubectl, namespace, pod)
+    evicted = get(kubectl, namespace, "pod", pod)
+    assert evicted is not None and any(c["type"] == "DisruptionTarget" for c in evicted["status"]["conditions"])
+    t0 = time.time()
+    op("op2")
+    msgs = _done(kubectl, namespace, name, f"[evicted_after_finish] {FLAVOUR} {backend:<11}", "the restart", t0)
+    assert not msgs, msgs  # no attempt announced: the one that finished is the verdict
+    job = get(kubectl, namespace, "mpijobs.kubeflow.org", name)
+    assert (job["status"]["replicaStatuses"].get("Launcher") or {}).get("failed", 0) == 0, job["status"]
