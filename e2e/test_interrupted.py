@@ -172,12 +172,19 @@ def test_evicted_after_finish(kubectl, realnode, openmpi5, op, namespace, backen
     pod = launcher["metadata"]["name"]
     wait_until(lambda: (get(kubectl, namespace, "pod", pod) or {}).get("status", {}).get("phase") == "Succeeded",
                240, interval=0.5, what="the launcher to finish")
+    logs = launcher_logs(kubectl, namespace, name)  # (read now: the evicted pod goes once judged)
+    assert "pi is approximately 3.14" in logs and sorted(rank_hosts(logs)) == list(range(RANKS)), logs[-3000:]
     _evict(kubectl, namespace, pod)
     evicted = get(kubectl, namespace, "pod", pod)
     assert evicted is not None and any(c["type"] == "DisruptionTarget" for c in evicted["status"]["conditions"])
     t0 = time.time()
     op("op2")
-    msgs = _done(kubectl, namespace, name, f"[evicted_after_finish] {FLAVOUR} {backend:<11}", "the restart", t0)
+    result = wait_finished(kubectl, namespace, name, 240)
+    msgs = [e["message"] for e in mpijob_events(kubectl, namespace, name) if e["reason"] == "MPIJobRestarting"]
+    print(f"\n[evicted_after_finish] {FLAVOUR} {backend:<11} {result} {time.time() - t0:.1f}s after the restart; "
+          f"events: {json.dumps(msgs)}")
+    assert result == "Succeeded", condition(kubectl, namespace, name, "Failed")
     assert not msgs, msgs  # no attempt announced: the one that finished is the verdict
+    _no_pod_held(kubectl, namespace, name)
     job = get(kubectl, namespace, "mpijobs.kubeflow.org", name)
     assert (job["status"]["replicaStatuses"].get("Launcher") or {}).get("failed", 0) == 0, job["status"]
