@@ -258,8 +258,12 @@ TAKEOVER_WORKERS = Feature(
     "takeover-workers", {("", "pods"): frozenset({"create", "get"})},
     "a lost bare worker of an MPIJob the upstream operator started is not created again: the launcher's "
     "retries fail without it")
+ATTEMPT_RECORD = Feature(
+    "attempt-record", {("", "pods"): frozenset({"patch"})},
+    "launcher pods are not held until their end is recorded: a launcher drained or evicted while the "
+    "operator is away can leave before it is judged (docs/architecture.md section 11)")
 FEATURES: tuple[Feature, ...] = (NETWORK_ISOLATION, LAUNCHER_LOG, ELASTIC_REFRESH, STATEFULSET_WORKERS,
-                                 TAKEOVER_WORKERS)
+                                 TAKEOVER_WORKERS, ATTEMPT_RECORD)
 
 
 def spell(t: Triple) -> str:

@@ -40,6 +40,7 @@ from reconcilers.types import Create, Delete, Event, Patch, Plan, Ref
 
 log = logs.get("executor")
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 RETRIABLE_STATUS = {409, 429, 500, 502, 503, 504}
 CREATE_ROUNDS = 3
 # Created together, before the rest: the children that pods read or that guard them, and that refer
@@ -294,12 +295,22 @@ class Executor:
         return self._call("PATCH", r.path(meta.get("namespace"), meta["name"]), content_type=MERGE_PATCH,
                           body={"metadata": {"labels": labels, "resourceVersion": meta["resourceVersion"]}})
 
+    def patch(self, p: Patch) -> None:
+        """One patch outside a plan (a held pod of a gone MPIJob released, reconcilers/failure/hold.py)."""
+        self._patch(p, Result())
+
     def _patch(self, p: Patch, res: Result) -> None:
         r = resource_for(p.ref.api_version, p.ref.kind)
         metrics.api_writes.labels("patch", p.ref.kind).inc()
         try:
-            out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch, content_type=MERGE_PATCH)
+            out = self._call("PATCH", r.path(p.ref.namespace, p.ref.name), body=p.patch,
+                             content_type=STRATEGIC_PATCH if p.strategic else MERGE_PATCH)
         except ApiError as e:
+            if p.strategic:
+                # A held pod's release (reconcilers/failure/hold.py) that did not pass stops nothing
+                # else of the plan (a resume, a verdict): the plan sends it again (hold.RETRY_S).
+                log.warning("a held pod's release did not pass", pod=p.ref.name, code=e.status, error=str(e)[:300])
+                return
             if e.status == 404:
                 raise ObjectGone(f"{p.ref.kind} {p.ref.namespace}/{p.ref.name} is gone") from e
             raise Refused(e, "patch", p.ref.kind, p.ref.name) from e

@@ -34,7 +34,7 @@ from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key
 from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
 from reconcilers import access, names, news
-from reconcilers.failure import retries
+from reconcilers.failure import hold, retries
 from reconcilers.gang import workload_gang
 from reconcilers.types import Observed
 
@@ -48,7 +48,7 @@ POD_INDEX = "mpijob"
 POD_EVENT_BATCH_SECONDS = 0.25
 
 
-def _pod_owner(pod: dict) -> list[str]:
+def pod_owners(pod: dict) -> list[str]:
     meta = pod.get("metadata") or {}
     job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
     return [f"{meta.get('namespace')}/{job}"] if job else []
@@ -99,7 +99,7 @@ class InformerWiring:
         # both keys, and no private key of the cluster should sit in this process's memory.
         self.secrets = child(SECRETS, strip_secret_data)
         self.pods = child(PODS, slim_pod)
-        self.pods.add_indexers({POD_INDEX: _pod_owner})
+        self.pods.add_indexers({POD_INDEX: pod_owners})
         # PodGroups only with --gang-scheduling: without it the operator needs no access to their API.
         # With the Workload API, its Workloads too, and neither informer when the cluster does not serve
         # it (an informer would retry a 404 forever and the caches would never sync).
@@ -210,7 +210,7 @@ class InformerWiring:
         it before a reconcile sees it deleting (reconcilers/failure/workerloss.py)."""
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if self._active and labels.get(names.JOB_ROLE_LABEL) == "worker":
-            for key in _pod_owner(pod):
+            for key in pod_owners(pod):
                 job = self.mpijobs.store.get(key)
                 if job is not None:
                     with self.memory.lock:
@@ -221,12 +221,16 @@ class InformerWiring:
         if not self._active:
             return
         now = time.monotonic()
-        for key in _pod_owner(pod):
+        for key in pod_owners(pod):
             job = self.mpijobs.store.get(key)
             if job is None:
-                continue  # its MPIJob is gone (the garbage collector removing its pods): nothing to do
+                # its MPIJob is gone (the garbage collector removing its pods): nothing to do, but
+                # release a launcher pod held for its record (reconcilers/failure/hold.py)
+                if hold.holds(pod):
+                    self.queue.add(key)
+                continue
             self.memory.pod_event(key, job["metadata"].get("uid"), now)
-            if retries.disruption(pod) is not None:
+            if retries.disruption(pod) is not None and _role(pod) == names.ROLE_WORKER:
                 # evicted, preempted, its node lost: it may leave the cache before the reconcile
                 # looks, and the plan must still tell that disruption apart (reconcilers/failure/retries.py)
                 self.memory.pod_disrupted(key, job["metadata"].get("uid"), pod, now)
@@ -258,3 +262,9 @@ class InformerWiring:
             network_policy=get(NETWORKPOLICIES.plural, names.network_policy_name(mpijob)),
             legacy_network_policy=get(NETWORKPOLICIES.plural, names.legacy_network_policy_name(mpijob)),
         )
+
+
+def _role(pod: dict) -> str | None:
+    """A worker's disruption is remembered past the cache; a launcher pod is held instead until its
+    end is recorded (reconcilers/failure/hold.py)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ROLE_LABEL)

@@ -6,8 +6,9 @@ taken by a foreign object, the pace of its pods (reconcilers/pace.py), the statu
 patches its last pass wrote (so that their events can be told for echoes, reconcilers/news.py),
 the expectations of its writes (controller/expectations.py), what its launcher pods' logs said, the
 log reads retried after a transient answer (controller/evidence.py), the worker pods deleted since
-its last plan (reconcilers/failure/workerloss.py), and its pods last seen disrupted
-(reconcilers/failure/retries.py); plus two metric series named after it. A restart loses the last
+its last plan (reconcilers/failure/workerloss.py), and its worker pods last seen disrupted
+(reconcilers/failure/retries.py; a launcher pod is held by a finalizer until its end is recorded
+instead, reconcilers/failure/hold.py); plus two metric series named after it. A restart loses the last
 four harmlessly: a log is read again (its retries counted afresh), and a delete or a disruption the
 caches no longer show is a gap docs/architecture.md sections 9.1 and 10 name. All of them belong to
 one MPIJob, that is one uid: a namesake created after a delete (the same ns/name, generation 1
@@ -68,8 +69,8 @@ class JobMemory:
     log_retries: dict[str, Retry] = field(default_factory=dict)
     # worker pods whose delete event came since the last applied plan (reconcilers/failure/workerloss.py)
     gone_workers: list[dict] = field(default_factory=list)
-    # pod uid -> (monotonic time, the pod's last state) for its pods seen with a DisruptionTarget
-    # condition: an evicted pod can leave the cache before a reconcile sees it (reconcilers/failure/retries.py)
+    # pod uid -> (monotonic time, the pod's last state) for its worker pods seen with a DisruptionTarget
+    # condition: an evicted worker can leave the cache before a reconcile sees it (reconcilers/failure/retries.py)
     disrupted: dict[str, tuple[float, dict]] = field(default_factory=dict)
 
 

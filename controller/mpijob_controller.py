@@ -36,6 +36,7 @@ from controller.informer_wiring import (  # noqa: F401 (POD_EVENT_BATCH_SECONDS:
     POD_EVENT_BATCH_SECONDS,
     POD_INDEX,
     InformerWiring,
+    pod_owners,
 )
 from controller.job_memory import TAKEN_CHILD, TAKEN_POLICY, JobMemories, JobMemory
 from controller.logreader import LogReader
@@ -43,6 +44,7 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 from informers.factory import InformerFactory
 from informers.store import split_key
 from reconcilers import names, pace, refusal, status
+from reconcilers.failure import hold
 from reconcilers.plan import plan as make_plan
 from reconcilers.types import Config, Inputs, Plan
 
@@ -126,6 +128,10 @@ class MPIJobController(InformerWiring):
         self.log_reader.start()
         for key in self.mpijobs.store.list_keys():  # a standby queued nothing: take every MPIJob now
             self.queue.add(key)
+        for pod in self.pods.store.list():  # and the held launcher pods of MPIJobs gone meanwhile
+            for key in pod_owners(pod) if hold.holds(pod) else []:
+                if self.mpijobs.store.get(key) is None:
+                    self.queue.add(key)
         for i in range(self.opts.threadiness):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
@@ -266,6 +272,7 @@ class MPIJobController(InformerWiring):
         mpijob = self.mpijobs.store.get(key)
         if mpijob is None:
             self.memory.forget(key)
+            self._release_orphans(key)
             return True
         mem = self.memory.of(key, mpijob["metadata"].get("uid"))
         taken = self._still_taken(mem, TAKEN_CHILD)
@@ -326,6 +333,16 @@ class MPIJobController(InformerWiring):
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.0))
         return True
+
+    def _release_orphans(self, key: str) -> None:
+        """The MPIJob is gone (its garbage collector removing the pods): the launcher pods held for their
+        record are released, or they would stay Terminating for good (reconcilers/failure/hold.py).
+        Each release is one patch; a pod already gone, or released, is no error."""
+        patches = hold.release_all(self.pods.store.by_index(POD_INDEX, key), "its MPIJob is gone")
+        for p in patches:
+            self.executor.patch(p)  # (one that did not pass is logged, and sent again below)
+        if patches:
+            self.queue.add_after(key, hold.RETRY_S)  # a released pod leaves the cache: nothing sent then
 
     def _apply(self, key: str, mpijob: dict, plan: Plan) -> Result:
         result = Result()

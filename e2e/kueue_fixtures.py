@@ -27,7 +27,7 @@ from kueue import (
 )
 
 from reconcilers.names import JOB_NAME_LABEL
-from testsupport.kubectl import apply, get, items, live, wait_established
+from testsupport.kubectl import apply, get, items, live, release_held_pods, wait_established
 from testsupport.waiting import wait_until
 
 SESSION = uuid.uuid4().hex[:6]
@@ -101,6 +101,7 @@ def kueue_namespace(kubectl) -> Iterator[str]:
     kubectl("create", "namespace", name)
     yield name
     kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_held_pods(kubectl, name)
 
 
 @pytest.fixture(scope="module")

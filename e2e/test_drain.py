@@ -22,8 +22,8 @@ from testsupport.realnode_mpi import (
     launcher_logs,
     mpijob,
     mpijob_events,
-    pods,
     rank_hosts,
+    ranks_started,
     wait_finished,
 )
 
@@ -38,15 +38,6 @@ def _cases() -> list:
     core = {("openmpi5", "statefulset"), ("openmpi5", "job")}
     return [pytest.param(f, b, id=f"{f}-{b}", marks=() if (f, b) in core else (pytest.mark.mpi_matrix,))
             for f in ("openmpi5", "openmpi4") for b in ("job", "statefulset")]
-
-
-def _ranks_started(kubectl, ns: str, name: str) -> int:
-    """Rank-start lines in the current launcher pods' output."""
-    n = 0
-    for p in pods(kubectl, ns, name, "launcher"):
-        log = kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout
-        n += log.count("rank-start ")
-    return n
 
 
 def _wait(what: str, check, timeout: float, interval: float = 0.5):
@@ -68,7 +59,7 @@ def test_drained_node_every_pod_evicted_mid_run_then_uncordoned_succeeds(
     name = "drain"
     args = ["mpirun", "-n", str(RANKS), "sh", "-c", 'echo "rank-start $(hostname)"; exec /opt/pi 18000000000']
     apply(kubectl, namespace, mpijob(name, flavour, mpi_image(flavour), args=args, backoff=0, worker_command=SSHD))
-    _wait(f"{RANKS} ranks computing", lambda: _ranks_started(kubectl, namespace, name) >= RANKS, 240)
+    _wait(f"{RANKS} ranks computing", lambda: ranks_started(kubectl, namespace, name) >= RANKS, 240)
     time.sleep(3)  # the ranks compute: the drain cuts them short
     t0 = time.time()
     try:

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from reconcilers import names as n
-from testsupport.kubectl import namespaced_service_account_kubeconfig
+from testsupport.kubectl import namespaced_service_account_kubeconfig, release_held_pods
 from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.realnode_mpi import (
     IMPLEMENTATION,
@@ -191,6 +191,7 @@ def outsider(kubectl, images, network_policies, tmp_path_factory):
     start_pods(kubectl, ns, pod_manifest("prober", images["openmpi4"], ["sleep", "infinity"]))
     yield ns, "prober"
     kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    release_held_pods(kubectl, ns)
 
 
 @pytest.mark.parametrize("backend", ["job", "statefulset"])

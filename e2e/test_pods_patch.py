@@ -107,3 +107,30 @@ def test_pods_patch_the_elastic_launcher_is_still_stamped_within_seconds(kubectl
     assert "el-worker-2" in cm["data"]["discover_hosts.sh"]
     print(f"\n[pods_patch] {backend}: launcher stamped {took:.1f}s after the third worker was asked for")
     assert "Forbidden" not in operator.tail(2000) and "-writes" not in operator.tail(2000)
+
+
+def test_pods_patch_the_operator_may_remove_its_finalizer_and_no_other(kubectl, operator_kubeconfig, namespace):
+    """The launcher pods' finalizer mpijob-operator.dev/attempt-record (reconcilers/failure/hold.py) is the
+    operator's to remove, with the strategic patch it sends; another finalizer is not, nor adding one.
+    Applied again just before (the cluster is shared: a session of another checkout applies its own)."""
+    from reconcilers.failure.hold import FINALIZER, release_patch
+    from testsupport.paths import ROOT
+
+    n = ("-n", namespace)
+    other = "example.com/someone-elses"
+    pod = _pod("held", {OPERATOR_NAME_LABEL: "mpi-operator"})
+    pod["metadata"]["finalizers"] = [other, FINALIZER]
+    kubectl(*n, "apply", "-f", "-", input=json.dumps(pod))
+    try:
+        kubectl("apply", "-k", str(ROOT / "manifests" / "rbac"))
+        # someone else's finalizer, or adding one: refused
+        for patch in ({"metadata": {"$deleteFromPrimitiveList/finalizers": [other]}},
+                      {"metadata": {"finalizers": [other, FINALIZER, "example.com/more"]}}):
+            r = _as_operator(operator_kubeconfig, *n, *_patch("held", patch))
+            assert r.returncode != 0 and POLICY in r.stderr, (patch, r.stderr)
+        release = release_patch(pod | {"metadata": {**pod["metadata"], "namespace": namespace}}, "test").patch
+        r = _as_operator(operator_kubeconfig, *n, *_patch("held", release))
+        assert r.returncode == 0, r.stderr
+        assert get(kubectl, namespace, "pod", "held")["metadata"]["finalizers"] == [other]
+    finally:
+        kubectl(*n, "patch", "pod", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from testsupport.kubectl import release_held_pods
 from testsupport.paths import CLUSTER_DIR, ROOT
 from testsupport.realnode_mpi import ON_REAL_NODE
 
@@ -86,6 +87,7 @@ def test_worker_killed_mid_run_retry_succeeds(kubectl, realnode, backend):
     finally:
         p.kill()
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        release_held_pods(kubectl, ns)
 
 
 def _wait_rank_on(kubectl, ns: str, selector: str, timeout: float = 120) -> None:

@@ -20,7 +20,8 @@ def strip_managed_fields(obj: dict) -> dict:
 
 
 _SPEC_KEEP = ("nodeName", "hostname", "subdomain")
-_STATUS_KEEP = ("phase", "conditions", "podIP", "startTime", "reason", "message")
+# observedGeneration: whether the kubelet wrote a pod's end before or after its delete (retries.ended_by_disruption)
+_STATUS_KEEP = ("phase", "conditions", "podIP", "startTime", "reason", "message", "observedGeneration")
 _CONTAINER_STATUS_KEEP = ("name", "state", "lastState", "restartCount", "ready")
 
 

@@ -45,7 +45,9 @@ def _touches(feature: str, job: Obj) -> bool:
         return spec.get("mpiImplementation", "OpenMPI") == "OpenMPI"
     if feature == "elastic-refresh":
         return discovery.is_elastic(job)
-    return False  # statefulset-workers: nothing of one MPIJob's to tell
+    # attempt-record: every MPIJob's launcher pods (reconcilers/failure/hold.py); statefulset-workers:
+    # nothing of one MPIJob's to tell
+    return feature == "attempt-record"
 
 
 def features(job: Obj, draft: Draft, config: Config) -> None:

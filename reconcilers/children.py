@@ -190,7 +190,7 @@ def sync_workers(ctx: JobContext, draft: Draft, running: bool) -> None:
         if running and (sts or desired.worker_replicas(ctx.job) > 0):
             if ownership.stale_alive(ctx.pods, names.ROLE_WORKER) and not made_beside_leaving(ctx, sts):
                 draft.requeue(STALE_RECHECK_SECONDS)  # a worker pod of an earlier set is still stopping
-            else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
+            else:  # with the ledger of the launcher Job it replaces, if any (afresh.relaunch)
                 draft.plan.creates.append(Create(ledger.carry(ctx, want)))
         return
     if not ctx.owned(have) or ownership.deleting(have):
@@ -241,13 +241,13 @@ def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
     hold = running and restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx)
     if have is None:
         # Nor while the workers it would run with are on their way out (a launcher Job made afresh
-        # after a lost worker, retries.relaunch): it starts with the new ones, created in the same
+        # after a lost worker, afresh.relaunch): it starts with the new ones, created in the same
         # plan as on a first start (section 11).
         hold = hold or (ctx.workers is not None and workers_renewed(ctx))
         if running and not hold:
             if ownership.stale_alive(ctx.pods, names.ROLE_LAUNCHER):
                 draft.requeue(STALE_RECHECK_SECONDS)
-            else:  # with the ledger of the launcher Job it replaces, if any (retries.relaunch)
+            else:  # with the ledger of the launcher Job it replaces, if any (afresh.relaunch)
                 draft.plan.creates.append(Create(ledger.carry(ctx, want)))
         return
     if not ctx.owned(have) or ownership.deleting(have) or takeover.upstream_shaped(ctx):

@@ -378,6 +378,12 @@ def launcher_template(mpijob: Obj, config: Config) -> Obj:
     # launcher starts with the workers there are, and discovers the rest itself (section 9.2)
     if not discovery.is_elastic(mpijob):
         namewait.add_to(spec, config.launcher_names_wait_s, CONFIG_VOLUME, HOSTFILE_DIR)
+    if not any(name == names.ATTEMPT_RECORD_FEATURE for name, _ in config.features_off):
+        # held until its end is recorded (reconcilers/failure/hold.py); the Job controller copies a
+        # template's finalizers onto the pods it makes
+        meta = template["metadata"]
+        held = names.ATTEMPT_RECORD_FINALIZER
+        meta["finalizers"] = [*(f for f in meta.get("finalizers") or [] if f != held), held]
     return template
 
 

@@ -170,3 +170,8 @@ def is_controlled_by(obj: Any, mpijob: Any) -> bool:
         return False
     uid = _meta(mpijob).get("uid")
     return not (uid and ref.get("uid") and ref["uid"] != uid)
+
+# Held on every launcher pod until its end is recorded (reconcilers/failure/hold.py); the feature that
+# needs `patch pods` to release it (client/permissions.py): without that grant no pod carries it.
+ATTEMPT_RECORD_FINALIZER = "mpijob-operator.dev/attempt-record"
+ATTEMPT_RECORD_FEATURE = "attempt-record"

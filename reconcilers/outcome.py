@@ -20,7 +20,7 @@ from reconcilers import namewait, ownership, refusal, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.explain import ends, facts
-from reconcilers.failure import evidence, messages, retries, workerloss
+from reconcilers.failure import afresh, evidence, messages, workerloss
 from reconcilers.refusal import Refusal
 
 # How soon a verdict that waits on the launcher's log (or on the pod cache) is looked at again, in
@@ -72,15 +72,16 @@ def name_clash(draft: Draft, clash: str | None) -> None:
         draft.event("Warning", status.R_RESOURCE_EXISTS, clash)
 
 
-def launcher_outcome(ctx: JobContext, draft: Draft) -> None:
+def launcher_outcome(ctx: JobContext, draft: Draft, entries: dict) -> None:
+    """`entries`: the disruptions bound to launcher attempts (retries.Accounts.entries)."""
     if not ctx.owned(ctx.launcher) or ownership.deleting(ctx.launcher):
-        return  # (the operator deletes a launcher Job only to make it afresh: retries.relaunch, a resume)
+        return  # (the operator deletes a launcher Job only to make it afresh: afresh.relaunch, a suspend)
     outcome = status.job_outcome(ctx.launcher)
     if outcome is None:
         return
     kind, reason, message, when = outcome
-    if kind == status.SUCCEEDED and retries.disrupted_success(ctx) is not None:
-        return  # a disrupted launcher's exit 0 is no finish: its Job is made afresh (retries.relaunch)
+    if afresh.interrupted_end(ctx, entries) is not None:
+        return  # an attempt a disruption ended is no verdict, whatever its exit: made afresh (afresh.relaunch)
     judged = workerloss.judge(ctx, draft) if kind == status.SUCCEEDED else workerloss.Judgement()
     if judged.wait:
         # The launcher's own report decides (reconcilers/failure/evidence.py): read its log, then plan again.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from reconcilers import desired, names
 from reconcilers.gang import podgroup
@@ -122,3 +123,11 @@ def policy_taken(mpijob: Obj, observed: Observed, stale: tuple[Obj, ...]) -> boo
     predecessor's (one without our labels is found by the create instead: Inputs.policy_taken)."""
     obj = observed.network_policy
     return obj is not None and not owned(obj, mpijob) and not any(obj is o for o in stale)
+
+
+def managed_by_us(mpijob: Any, controller_name: str) -> bool:
+    """`runPolicy.managedBy` unset, empty, not a string, or this controller's name: the MPIJob is ours."""
+    spec = mpijob.get("spec") if isinstance(mpijob, dict) else None
+    rp = spec.get("runPolicy") if isinstance(spec, dict) else None
+    mb = rp.get("managedBy") if isinstance(rp, dict) else None
+    return mb is None or mb == "" or mb == controller_name or not isinstance(mb, str)

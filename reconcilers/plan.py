@@ -2,7 +2,8 @@
 
 Order of decisions:
 1. Not ours (`runPolicy.managedBy` set to anything but `Config.controller_name`): empty Plan.
-2. Being deleted (`metadata.deletionTimestamp`): empty Plan (the garbage collector removes children).
+2. Being deleted (`metadata.deletionTimestamp`): the held launcher pods released (failure/hold.py),
+   nothing else (the garbage collector removes children).
 3. Invalid (validation.validate): status Failed/InvalidSpec + a Warning Event naming the fields; no
    children. A later valid spec clears that condition and the job proceeds.
 4. A child of one of our names exists but is not controlled by this MPIJob (name clash, or a
@@ -14,8 +15,10 @@ Order of decisions:
    launcher's included; None: left as they are) whatever the reason of the end; an unfinished
    launcher Job (the MPIJob's own deadline ran out) is suspended; ttlSecondsAfterFinished -> delete
    the MPIJob when due, else requeue_after.
-6. Suspended: launcher/worker Jobs suspended (not created if missing), StatefulSet scaled to 0,
-   Suspended=True, Running=False.
+6. Suspended: nothing judged or counted (reconcilers/verdict.py); a launcher Job that has run is
+   deleted, to be made afresh on the resume (afresh.stop_for_suspend), one that never started and
+   the worker Job suspended (not created if missing), StatefulSet scaled to 0, Suspended=True,
+   Running=False.
 7. Otherwise: create missing children (the launcher at once for AtStartup, or when all workers are
    Ready for WaitForWorkersReady), repair drift, set Running/Restarting; on resume the startTime is
    reset and Jobs rendered from an older template are recreated (see diff.py).
@@ -24,21 +27,20 @@ The MPIJob-level activeDeadlineSeconds (from status.startTime) is checked too, w
 Each policy is a module of pure functions over one JobContext (reconcilers/context.py: the
 defaulted MPIJob, its backend, its observed pods sorted once) and one Draft (reconcilers/draft.py:
 the new status and the writes so far): ownership.py (ours, stale, clash), outcome.py (invalid,
-refused, clash condition, launcher outcome, deadline, TTL), children.py (Service, ConfigMap, Secret,
-workers, launcher), takeover.py (upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps
-the order of decisions and the state dispatch.
+refused, clash condition, launcher outcome, deadline, TTL), verdict.py (what ends the job, and when
+nothing is judged), children.py (Service, ConfigMap, Secret, workers, launcher), takeover.py
+(upstream-shaped MPIJobs), gang/ (PodGroup, Workload). This module keeps the order of decisions and
+the state dispatch.
 
 Expressed in the Plan:
-- `creates`/`patches`: children, JSON merge patches of owned fields only.
-- `deletes`: a suspended Job to recreate (uid precondition), and under cleanPodPolicy All the
-  leftover pods (`Ref("v1", "Pod", ns, name)`, uid precondition).
+- `creates`/`patches`: children, JSON merge patches of owned fields only; of a Pod, the release of
+  its finalizer once its end is recorded (a strategic merge patch, failure/hold.py).
+- `deletes`: a Job to recreate (uid precondition), and under cleanPodPolicy All the leftover pods.
 - `status`: the complete new status (write it to the status subresource), None when unchanged.
 - `events`: only on transitions. `requeue_after`: seconds. `delete_mpijob`: TTL ran out.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from reconcilers import (
     access,
@@ -52,12 +54,14 @@ from reconcilers import (
     predecessor,
     status,
     takeover,
+    verdict,
 )
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
 from reconcilers.explain import waiting
-from reconcilers.failure import messages, retries, workerloss
+from reconcilers.failure import afresh, hold, messages, retries, workerloss
+from reconcilers.failure.ledger import Ledger
 from reconcilers.gang import lifecycle as gang
 from reconcilers.types import Delete, Inputs, Patch, Plan, Ref
 from reconcilers.validation import validate
@@ -65,13 +69,7 @@ from reconcilers.validation import validate
 DEFAULT_CONTROLLER_NAMES = ("kubeflow.org/mpi-operator",)
 # Kept here too: callers and tests name it as the planner's (reconcilers/children.py).
 STALE_RECHECK_SECONDS = children.STALE_RECHECK_SECONDS
-
-
-def managed_by_us(mpijob: Any, controller_name: str) -> bool:
-    spec = mpijob.get("spec") if isinstance(mpijob, dict) else None
-    rp = spec.get("runPolicy") if isinstance(spec, dict) else None
-    mb = rp.get("managedBy") if isinstance(rp, dict) else None
-    return mb is None or mb == "" or mb == controller_name or not isinstance(mb, str)
+managed_by_us = ownership.managed_by_us  # (tests name it as the planner's)
 
 
 def plan(inputs: Inputs) -> Plan:
@@ -82,7 +80,8 @@ def plan(inputs: Inputs) -> Plan:
         return Plan()
     meta = job.get("metadata")
     if isinstance(meta, dict) and meta.get("deletionTimestamp"):
-        return Plan()
+        # nothing more is judged: the launcher pods held for their record go (failure/hold.py)
+        return Plan(patches=hold.release_all(inputs.observed.pods, "the MPIJob is being deleted"))
     return _run(inputs)
 
 
@@ -117,14 +116,17 @@ def _run(inputs: Inputs) -> Plan:
         # A previous MPIJob of this name left children that the garbage collector is removing
         # (delete and re-create under one name): wait for them, then create ours.
         draft.requeue(children.STALE_RECHECK_SECONDS)
+        hold.release(ctx, draft, Ledger(), suspend=False)  # its held launcher pods: not ours to judge
         return draft.finish()
 
     suspend = bool(ctx.run_policy.get("suspend"))
     if not draft.finished() and not suspend:
         _start_or_resume(ctx, draft)
-    # The launcher's failed attempts, told apart by cause (reconcilers/failure/retries.py).
+    # The launcher's failed attempts, told apart by cause (reconcilers/failure/retries.py); judged
+    # only while not suspended: a suspend's end of an attempt is no verdict (reconcilers/verdict.py).
     accounts = retries.account(ctx, active=not draft.finished() and not suspend)
-    _outcomes(ctx, draft, accounts)
+    if not suspend:
+        verdict.judge(ctx, draft, accounts)
 
     draft.status["replicaStatuses"] = status.replica_statuses(
         ctx.launcher if ctx.owned(ctx.launcher) else None, ctx.workers if ctx.owned(ctx.workers) else None,
@@ -132,17 +134,21 @@ def _run(inputs: Inputs) -> Plan:
     # every failed attempt known, the ones not announced yet (the one that ended the job) included; a
     # finished job's count never goes down as its pods go
     draft.status["replicaStatuses"]["Launcher"]["failed"] = max(
-        accounts.shown(announcing=True), retries.shown_before(draft.old_status) if draft.finished() else 0)
+        # (while suspended, the ledger's alone: what the suspend ended is not counted, the Job's count included)
+        accounts.book.failed if suspend else accounts.shown(announcing=True),
+        retries.shown_before(draft.old_status) if draft.finished() else 0)
 
-    if _clash_held(draft):
+    clash_held = verdict.clash_condition(draft) is not None
+    if clash_held:
         _held(ctx, draft, suspend)
     elif draft.finished():
         _finished(ctx, draft)
     elif suspend:
-        _suspended(ctx, draft)
+        _suspended(ctx, draft, accounts)
     else:
         _active(ctx, draft, accounts)
-    waiting.sync(ctx, draft, active=not (_clash_held(draft) or draft.finished() or suspend))  # why not running
+    waiting.sync(ctx, draft, active=not (clash_held or draft.finished() or suspend))  # why not running
+    hold.release(ctx, draft, accounts.book, suspend)  # the launcher pods whose end is recorded
     return draft.finish()
 
 
@@ -163,10 +169,10 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     if not access.off(ctx.config, "elastic-refresh"):  # no pods patch granted (reconcilers/access.py)
         elastic.refresh_launchers(ctx, draft)
     # A disrupted launcher's exit 0 is no finish; a launcher failed while its workers are made afresh
-    # starts with the new ones: both in a launcher Job made afresh (retries.remade).
+    # starts with the new ones: both in a launcher Job made afresh (afresh.remade).
     renewed = children.workers_renewed(ctx)
     waits = children.launcher_waits(ctx, accounts.new_failure)  # (renewed, or WaitForWorkersReady's hold)
-    relaunching = retries.relaunch(ctx, draft, accounts, waits)
+    relaunching = afresh.relaunch(ctx, draft, accounts, waits)
     if gang.sync_pod_group(ctx, draft):  # else the gang cannot be formed yet (reconcilers/gang/lifecycle.py)
         children.sync_workers(ctx, draft, running=True)
         if not relaunching:
@@ -186,10 +192,11 @@ def _active(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     lost = workerloss.lost_now(ctx, draft.status)
     job_lost = _worker_job_lost(ctx, draft) if not lost else None
     # A launcher pod that already Succeeded is not a retry, even before the Job counts it.
-    # (One that a disruption ended is no finish: retries.disrupted_success, made afresh below.)
-    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded" and retries.disruption(p) is None
-                        for p in ctx.pods.launchers)
-    launcher_retry = int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
+    # (One that a disruption ended is no finish: afresh.interruption, made afresh above.)
+    launcher_done = any((p.get("status") or {}).get("phase") == "Succeeded"
+                        and afresh.interruption(ctx, p, accounts.entries) is None for p in ctx.pods.launchers)
+    launcher_retry = (int(lst.get("failed") or 0) > 0 and int(lst.get("succeeded") or 0) == 0 and not launcher_done
+                      and not accounts.frozen)
     described = messages.lost_workers(ctx)  # each lost worker and what ended it (a disruption named)
     newest = accounts.newest
     announcing = accounts.new_failure and not launcher_done and newest is not None
@@ -235,7 +242,7 @@ def _worker_job_lost(ctx: JobContext, draft: Draft) -> str | None:
     return children.workers_lost(ctx, workers)
 
 
-def _suspended(ctx: JobContext, draft: Draft) -> None:
+def _suspended(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
     msg = f"MPIJob {ctx.key} is suspended."
     if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
         draft.event("Normal", status.R_SUSPENDED, msg)
@@ -248,42 +255,8 @@ def _suspended(ctx: JobContext, draft: Draft) -> None:
     if takeover.upstream_shaped(ctx):
         takeover.suspend(ctx, draft)  # upstream's launcher Job goes: the resume is in our shape (section 6.3)
     children.sync_workers(ctx, draft, running=False)
-    children.sync_launcher(ctx, draft, running=False)
-
-
-def _clash_condition(draft: Draft) -> dict | None:
-    """Failed/ResourceExists: not an end (no completionTime), the job waits for the name to be free."""
-    failed = status.get_condition(draft.status, status.FAILED)
-    if failed is not None and failed.get("status") == "True" and failed.get("reason") == status.R_RESOURCE_EXISTS \
-            and not draft.status.get("completionTime"):
-        return failed
-    return None
-
-
-def _clash_held(draft: Draft) -> bool:
-    return _clash_condition(draft) is not None
-
-
-def _outcomes(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
-    """The launcher's outcome and the deadline. Also while a name clash holds the job: its children
-    run on (`_held`), so the launcher's end or the deadline still ends the job, and that end replaces
-    the clash's condition (which is set aside meanwhile, then put back as it was)."""
-    clash = _clash_condition(draft)
-    at = status.conditions_of(draft.status).index(clash) if clash is not None else 0
-    if clash is not None:
-        status.remove_condition(draft.status, status.FAILED)
-    if not draft.finished():
-        outcome.launcher_outcome(ctx, draft)
-    if not draft.finished():
-        ended = messages.verdict(ctx, accounts)  # before the launcher Job shows it (retries.py)
-        if ended:
-            draft.fail(*ended)  # the launcher Job, if it runs on, is stopped by _finished
-            outcome.not_running_if_never_ran(draft, None)
-    if not draft.finished():
-        outcome.deadline(ctx, draft)
-    if clash is not None and not draft.finished():
-        draft.status["conditions"] = status.conditions_of(draft.status)
-        draft.status["conditions"].insert(at, clash)
+    if takeover.upstream_shaped(ctx) or not afresh.stop_for_suspend(ctx, draft, accounts):
+        children.sync_launcher(ctx, draft, running=False)
 
 
 def _held(ctx: JobContext, draft: Draft, suspend: bool) -> None:

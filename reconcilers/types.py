@@ -104,6 +104,9 @@ class Patch:
     patch: Obj
     # Why, for logs and Events ("drift: spec.replicas 3 != 2", "suspend workers").
     reason: str = ""
+    # A strategic merge patch (built-in kinds only): to remove one finalizer from a list that another
+    # controller edits too (`$deleteFromPrimitiveList`, reconcilers/failure/hold.py).
+    strategic: bool = False
 
 
 @dataclass(frozen=True)

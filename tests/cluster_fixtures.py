@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testsupport.kubectl import Kubectl, runner
+from testsupport.kubectl import Kubectl, release_held_pods, runner
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 
@@ -66,3 +66,5 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
     kubectl("create", "namespace", name)
     yield name
     kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_held_pods(kubectl, name)
+

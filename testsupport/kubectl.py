@@ -16,6 +16,7 @@ import urllib3
 import yaml
 
 from reconcilers.names import (
+    ATTEMPT_RECORD_FINALIZER,
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
     OPERATOR_NAME,
@@ -370,3 +371,15 @@ def _skip_space(text: str, at: int) -> int:
     while at < len(text) and text[at].isspace():
         at += 1
     return at
+
+
+def release_held_pods(kubectl: Callable, ns: str) -> None:
+    """The launcher pods of `ns` still held by the operator's finalizer (reconcilers/failure/hold.py),
+    released: the test's operator stopped before its namespace is deleted, and a pod it held would keep
+    the namespace Terminating for good (what an operator away does to its pods, docs/operations.md)."""
+    r = kubectl("-n", ns, "get", "pods", "-o", "json", check=False)
+    for pod in json.loads(r.stdout)["items"] if r.returncode == 0 else []:
+        if ATTEMPT_RECORD_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            kubectl("-n", ns, "patch", "pod", pod["metadata"]["name"], "--type=strategic", "-p",
+                    json.dumps({"metadata": {"$deleteFromPrimitiveList/finalizers": [ATTEMPT_RECORD_FINALIZER]}}),
+                    check=False)

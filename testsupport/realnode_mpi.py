@@ -199,3 +199,11 @@ def running_worker(kubectl: Callable, ns: str, name: str, index: int) -> dict:
               if p["spec"].get("hostname", p["metadata"]["name"]) == f"{name}-worker-{index}"
               and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
     return pod
+
+
+def ranks_started(kubectl: Callable, ns: str, name: str) -> int:
+    """`rank-start` lines in the current launcher pods' output."""
+    n = 0
+    for p in pods(kubectl, ns, name, "launcher"):
+        n += kubectl("-n", ns, "logs", p["metadata"]["name"], check=False).stdout.count("rank-start ")
+    return n

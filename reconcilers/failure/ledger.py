@@ -124,8 +124,10 @@ def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
     config_map = ctx.observed.config_map
     if config_map is None or not ctx.owned(config_map) or book == Ledger():
         return
-    kept = Ledger(book.failed, book.counted, book.excused,
-                  not_counted=tuple((k, v) for k, v in book.not_counted if not v.get("announced")))
+    # Every binding goes along, the announced ones too: a disrupted pod still seen (the controller
+    # remembers a gone one for minutes) must not bind an attempt of the new Job again (retries.bind
+    # drops an announced binding once its pod is seen no more).
+    kept = Ledger(book.failed, book.counted, book.excused, not_counted=book.not_counted)
     held = ((config_map.get("metadata") or {}).get("annotations") or {}).get(LEDGER)
     if held != kept.to_json():
         draft.plan.patches.append(Patch(diff.ref_of(config_map), {"metadata": {"annotations": {
@@ -133,7 +135,7 @@ def hand_over(ctx: JobContext, draft: Draft, book: Ledger) -> None:
 
 
 def carry(ctx: JobContext, launcher: Obj) -> Obj:
-    """The launcher Job to create, with the ledger carried from the one it replaces (retries.relaunch)."""
+    """The launcher Job to create, with the ledger carried from the one it replaces (afresh.relaunch)."""
     raw = (((ctx.observed.config_map or {}).get("metadata") or {}).get("annotations") or {}).get(LEDGER)
     if not isinstance(raw, str) or not ctx.owned(ctx.observed.config_map):
         return launcher

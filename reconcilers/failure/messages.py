@@ -11,16 +11,15 @@ import re
 from reconcilers.context import JobContext
 from reconcilers.explain import ends, facts
 from reconcilers.failure import workerexits
+from reconcilers.failure.afresh import ends_its_job, remade
 from reconcilers.failure.restartpolicy import EXIT_CODE, backoff_limit, launcher_policy
 from reconcilers.failure.retries import (
     Accounts,
     Failure,
-    disrupted_success,
     disruption,
     ended,
     failures,
     name_of,
-    remade,
     uid_of,
 )
 
@@ -43,7 +42,7 @@ def restarting(ctx: JobContext, accounts: Accounts, f: Failure, attempt_no: int,
     """Restarting's message for failure `f`: the attempt (its number among the failed ones,
     `attempt_no`), its cause, counted or not, the retries used, and how the launcher runs again
     (`workers_renewed`: the workers are being made afresh, children.workers_renewed)."""
-    drained = disrupted_success(ctx)  # (made afresh once its Job shows the completion)
+    drained = ends_its_job(ctx, accounts.entries)  # (made afresh once its Job shows the end)
     afresh = f.pod in (remade(ctx, workers_renewed, accounts), name_of(drained) if drained is not None else None)
     how = ("the launcher Job is made afresh" if afresh
            else "the launcher restarts in place" if _in_place_next(ctx, f) else "the launcher Job starts a new pod")

@@ -15,7 +15,7 @@ alone is replaced (Ready again in about 2 s). On the Job backend the operator ma
 afresh (every worker restarts), and meanwhile the Service selects the launcher alone, so a launcher
 restarted at once finds no old worker's name and its entrypoint waits for the new ones (children.
 workers_leaving). Where the cluster admits no container restart rules, the Job backend makes the
-launcher Job afresh with the new workers instead (retries.remade). Figures: docs/architecture.md
+launcher Job afresh with the new workers instead (afresh.remade). Figures: docs/architecture.md
 section 11, "When in place".
 
 Never in place under `launcherCreationPolicy: WaitForWorkersReady`: the kubelet restarts a container

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reconcilers import desired, diff, names, namewait, ownership, status
+from reconcilers import desired, diff, names, namewait, ownership
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
 from reconcilers.failure import withheld
-from reconcilers.failure.ledger import LEDGER, Ledger, hand_over, job_limit
+from reconcilers.failure.ledger import LEDGER, Ledger, job_limit
 from reconcilers.failure.ledger import read as ledger
 from reconcilers.failure.restartpolicy import (
     DISRUPTION_TARGET,
@@ -91,6 +91,23 @@ def disruption(pod: Obj) -> Obj | None:
     return None
 
 
+def ended_by_disruption(pod: Obj) -> Obj | None:
+    """The pod's DisruptionTarget when the disruption ended it; None when there is none, or when the pod
+    had ended before it: the Eviction API sets the condition on a pod that already Succeeded too (a
+    drain after the run). A graceful delete raises the pod's `metadata.generation`, and the kubelet
+    records the generation it saw with each status (`status.observedGeneration`): an end written below
+    the generation was written before the delete, so the pod ended by itself (measured on the local
+    cluster's v1.37 kubelet; one object's counter, no clock). Without the field (an older kubelet,
+    kwok), the condition decides, as before."""
+    c = disruption(pod)
+    st, meta = pod.get("status") or {}, pod.get("metadata") or {}
+    gen, seen = meta.get("generation"), st.get("observedGeneration")
+    if c is not None and st.get("phase") in ("Succeeded", "Failed") and isinstance(gen, int) \
+            and isinstance(seen, int) and seen < gen:
+        return None
+    return c
+
+
 def disruption_text(c: Obj) -> str:
     reason, message = c.get("reason") or "Disrupted", (c.get("message") or "").rstrip(".")
     return f"{reason}: {message}" if message else reason
@@ -110,20 +127,12 @@ def _exit(term: Obj) -> tuple[int | None, str]:
     return code, f"{text} ({reason})" if reason and reason not in ("Error", "Completed") else text
 
 
-def _launchers(ctx: JobContext) -> list[Obj]:
-    """The launcher Job's pods, oldest first, with those a disruption ended that left the cache
-    before a plan saw them fail (remembered by the controller: Inputs.disrupted)."""
-    owner = uid_of(ctx.launcher or {})
+def launcher_pods(ctx: JobContext) -> list[Obj]:
+    """The launcher Job's pods, oldest first. None leaves the cache before its end is recorded: each
+    is held by a finalizer until then (reconcilers/failure/hold.py; it replaces a memory of the
+    disrupted ones that an operator restart lost)."""
     unique = {uid_of(p) or name_of(p): p for p in ctx.pods.launchers}
-    for p in ctx.inputs.disrupted:
-        if desired.pod_role(p) == names.ROLE_LAUNCHER and owner and _controller_uid(p) == owner:
-            unique.setdefault(uid_of(p), p)
     return sorted(unique.values(), key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "", name_of(p)))
-
-
-def _controller_uid(pod: Obj) -> str | None:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return next((r.get("uid") for r in refs if isinstance(r, dict) and r.get("controller")), None)
 
 
 def restarts(ctx: JobContext, pod: Obj) -> int:
@@ -134,10 +143,10 @@ def restarts(ctx: JobContext, pod: Obj) -> int:
 def ended(pod: Obj) -> bool:
     """Failed; a disrupted pod being deleted (it will not run again, whatever phase was seen last); or a
     disrupted pod that exited 0 (a drain's SIGTERM: Open MPI 5's mpirun can exit 0 on it), which is no
-    finish (`disrupted_success`)."""
+    finish (`interruption`)."""
     phase = (pod.get("status") or {}).get("phase")
     deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return phase == "Failed" or (disruption(pod) is not None and (phase == "Succeeded" or deleting))
+    return phase == "Failed" or (ended_by_disruption(pod) is not None and (phase == "Succeeded" or deleting))
 
 
 def _terminations(ctx: JobContext, pod: Obj, cs: Obj) -> list[Obj]:
@@ -174,43 +183,50 @@ def _will_restart(ctx: JobContext, code: object) -> bool:
     return policy == "Always" or (policy == "OnFailure" and code != 0)
 
 
-def _order(pod: Obj, run: int) -> tuple[str, str, int]:
+def attempt_order(pod: Obj, run: int) -> tuple[str, str, int]:
     return ((pod.get("metadata") or {}).get("creationTimestamp") or "", name_of(pod), run)
 
 
 def failures(ctx: JobContext, not_counted: Obj) -> list[Failure]:
     """Every failed attempt of the launcher Job's pods, oldest first."""
     out: list[Failure] = []
-    for pod in _launchers(ctx):
+    for pod in launcher_pods(ctx):
         name, cs = name_of(pod), _container_status(ctx, pod)
         ends = _terminations(ctx, pod, cs)
         for k, end in enumerate(ends):
             attempt = f"{name}#{k}"
             code, text = _exit(end) if end else (None, "failed")
-            why = _why(not_counted.get(attempt))
+            why = why_of(not_counted.get(attempt))
             out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, in_place=True,
-                               order=_order(pod, k), excused=bool(why)))
-        if not ended(pod):
-            continue
+                               order=attempt_order(pod, k), excused=bool(why)))
         run = restarts(ctx, pod)
-        attempt, order = f"{name}#{run}", _order(pod, run)
-        own = disruption(pod)
+        attempt, order = f"{name}#{run}", attempt_order(pod, run)
         term = ((cs.get("state") or {}).get("terminated") or {})
         # a launcher whose hosts' names never resolved failed in its init container (namewait.py)
         code, text = _exit(term) if term else (None, namewait.init_failure(pod)
                                               or (pod.get("status") or {}).get("reason") or "failed")
-        if own is not None:
-            out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
-                               code, order=order, excused=attempt in not_counted))
+        if not ended(pod):
+            why = why_of(not_counted.get(attempt)) if phase_of(pod) == "Succeeded" else ""
+            if why:  # an exit 0 a worker's disruption ended: no finish (`interruption`), not counted
+                out.append(Failure(attempt, name, f"{text}; {why}", False, code, order=order))
             continue
-        why = _why(not_counted.get(attempt))
-        permanent = code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
+        own = ended_by_disruption(pod)
+        if own is not None:
+            # (excused only where the Job counted it: a failed pod, no podFailurePolicy to ignore it)
+            counted_by_job = phase_of(pod) == "Failed" and not ((ctx.launcher or {}).get("spec") or {}).get(
+                "podFailurePolicy")
+            out.append(Failure(attempt, name, f"launcher pod {name} was disrupted ({disruption_text(own)})", False,
+                               code, order=order, excused=counted_by_job and attempt in not_counted))
+            continue
+        why = why_of(not_counted.get(attempt))
+        # (an exit a disruption caused is not the program's: never permanent, whatever its code)
+        permanent = not why and code in PERMANENT_EXIT_CODES and launcher_policy(ctx.job) == EXIT_CODE
         out.append(Failure(attempt, name, text + (f"; {why}" if why else ""), not why, code, permanent=permanent,
                            order=order, excused=bool(why)))
     return out
 
 
-def _why(entry: object) -> str:
+def why_of(entry: object) -> str:
     return str(entry.get("why") or "") if isinstance(entry, dict) else ""
 
 
@@ -218,27 +234,23 @@ def counted(fails: list[Failure]) -> int:
     return sum(1 for f in fails if f.counted)
 
 
-def disrupted_success(ctx: JobContext) -> Obj | None:
-    """The launcher pod that exited 0 while a disruption ended it (a drain, a preemption): no finish,
-    whatever its exit code. Its mpirun was told to stop, and Open MPI 5's exits 0 on SIGTERM as
-    readily as after its ranks finished. The run goes on in a launcher Job made afresh (`relaunch`)."""
-    # (_launchers: a disrupted pod goes from the cache soon after its end, before a plan may see it
-    # there; the controller remembers it, Inputs.disrupted)
-    done = [p for p in _launchers(ctx) if (p.get("status") or {}).get("phase") == "Succeeded"]
-    newest = max(done, key=lambda p: _order(p, 0)) if done else None
-    return newest if newest is not None and disruption(newest) is not None else None
+def phase_of(pod: Obj) -> str | None:
+    return (pod.get("status") or {}).get("phase")
 
 
 # -- disruptions bound to attempts -----------------------------------------------------------------
 
 
 def _current_attempt(ctx: JobContext) -> str | None:
-    """The newest launcher pod's current (or, once it failed, last) attempt."""
-    live = [p for p in _launchers(ctx) if (p.get("status") or {}).get("phase") != "Succeeded"]
-    if not live:
+    """The newest launcher pod's current (or, once it ended, last) attempt. One that exited 0 is still
+    the current one until the MPIJob is judged (`account` binds only while it runs): a worker's
+    disruption seen with the exit 0 it caused (PRRTE exits 0 within a second of losing a daemon)
+    makes that exit no finish (`interruption`)."""
+    pods = launcher_pods(ctx)
+    if not pods:
         return None
-    pod = live[-1]
-    if ended(pod):
+    pod = pods[-1]
+    if ended(pod) or phase_of(pod) == "Succeeded":
         return f"{name_of(pod)}#{restarts(ctx, pod)}"
     return f"{name_of(pod)}#{len(_terminations(ctx, pod, _container_status(ctx, pod)))}"
 
@@ -296,7 +308,7 @@ def launcher_disruptions(ctx: JobContext, entries: dict[str, Obj]) -> dict[str, 
     if ((ctx.launcher or {}).get("spec") or {}).get("podFailurePolicy"):
         return entries
     out = dict(entries)
-    for pod in _launchers(ctx):
+    for pod in launcher_pods(ctx):
         c = disruption(pod)
         if c is not None and ended(pod):
             out.setdefault(f"{name_of(pod)}#{restarts(ctx, pod)}", {
@@ -318,10 +330,15 @@ class Accounts:
     entries: dict[str, Obj]
     fails: list[Failure]
     job_failed: int
+    # The launcher Job is being deleted (made afresh, or stopped by a suspend): its pods' ends are no
+    # news, what was announced before the delete is all it counts.
+    frozen: bool = False
 
     @property
     def news(self) -> list[Failure]:
         """The failed attempts not announced yet, oldest first."""
+        if self.frozen:
+            return []
         return [f for f in self.fails if not self.book.announced(f.attempt, f.order)]
 
     @property
@@ -376,13 +393,14 @@ def account(ctx: JobContext, active: bool) -> Accounts:
     entries = launcher_disruptions(ctx, bind(ctx, book)) if active and owned else book.entries
     if active and owned:  # in-place runs that could not find their workers (failure/withheld.py)
         entries = withheld.excuse(ctx, entries, _in_place_news(ctx, book, entries))
-    job_failed = int(((ctx.launcher or {}).get("status") or {}).get("failed") or 0) if owned else 0
-    return Accounts(book, entries, failures(ctx, entries), job_failed)
+    frozen = owned and ownership.deleting(ctx.launcher)
+    job_failed = int(((ctx.launcher or {}).get("status") or {}).get("failed") or 0) if owned and not frozen else 0
+    return Accounts(book, entries, failures(ctx, entries), job_failed, frozen)
 
 
 def _in_place_news(ctx: JobContext, book: Ledger, entries: dict[str, Obj]) -> list[tuple[str, Obj]]:
     """(attempt, its container's status) of each failed run restarted in place not announced yet."""
-    pods = {name_of(p): p for p in _launchers(ctx)}
+    pods = {name_of(p): p for p in launcher_pods(ctx)}
     return [(f.attempt, _container_status(ctx, pods[f.pod])) for f in failures(ctx, entries)
             if f.in_place and f.counted and f.pod in pods and not book.announced(f.attempt, f.order)]
 
@@ -410,54 +428,3 @@ def sync(ctx: JobContext, draft: Draft, accounts: Accounts, announcing: bool, li
         why = (f"launcher attempt(s) {', '.join(added)} not counted" if added
                else f"launcher attempt(s) {', '.join(failed)} failed" if failed else "the launcher's retries")
         draft.plan.patches.append(Patch(diff.ref_of(launcher), patch, f"{why}: backoffLimit {limit}"))
-
-
-# -- a launcher Job made afresh ---------------------------------------------------------------------
-
-
-def remade(ctx: JobContext, workers_renewed: bool, accounts: Accounts) -> str | None:
-    """The launcher pod whose end makes the launcher Job afresh rather than retried by the Job
-    controller (docs/architecture.md section 11), or None:
-    - it exited 0 as a disruption ended it: its Job completed, and cannot retry a success;
-    - it failed while the workers are made afresh (`workers_renewed`, children.py: the Job backend
-      after a lost worker), or after, having run with the old ones (news still: a busy mpirun can take
-      seconds to see a host gone; not a failure announced before a resume): the Job's next pod would
-      come after its backoff (10 s, doubling); a Job made afresh starts with the new workers.
-    Never after a failure that ends the MPIJob (restartPolicy ExitCode, 1-127: `Failure.permanent`)."""
-    launcher = ctx.launcher
-    if launcher is None or not ctx.owned(launcher):
-        return None
-    if status.job_outcome(launcher) is not None:
-        pod = disrupted_success(ctx)
-        return name_of(pod) if pod is not None else None
-    ends = [p for p in ctx.pods.launchers if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-    newest = max(ends, key=lambda p: _order(p, 0)) if ends else None
-    if newest is None or len(ends) < len(ctx.pods.launchers) or (newest.get("status") or {}).get("phase") != "Failed":
-        return None  # (a pod still runs, or is being made: the Job retries by itself)
-    mine = [f for f in accounts.fails if f.pod == name_of(newest)]
-    late = _older_than_workers(ctx, newest) and any(f in accounts.news for f in mine)
-    return name_of(newest) if (workers_renewed or late) and not any(f.permanent for f in mine) else None
-
-
-def _older_than_workers(ctx: JobContext, pod: Obj) -> bool:
-    """The pod was created before the worker object that runs now: it ran with workers since made
-    afresh. Both times are the API server's (one clock), in whole seconds: the same second is not older
-    (a first start creates both in one pass)."""
-    made = str(((ctx.workers or {}).get("metadata") or {}).get("creationTimestamp") or "")
-    return bool(made) and ctx.owned(ctx.workers) and _order(pod, 0)[0] < made
-
-
-def relaunch(ctx: JobContext, draft: Draft, accounts: Accounts, workers_renewed: bool) -> bool:
-    """The launcher Job made afresh where its own retry cannot or should not run it (`remade`): its
-    ledger, the attempt announced, handed over (`hand_over`, `carry`). True while that happens."""
-    launcher = ctx.launcher
-    if launcher is not None and ctx.owned(launcher) and ownership.deleting(launcher):
-        return True
-    pod = remade(ctx, workers_renewed, accounts)
-    if launcher is None or pod is None:
-        return False
-    hand_over(ctx, draft, accounts.announced())
-    draft.recreate(launcher, f"launcher pod {pod} " + (
-        "exited 0 as a disruption ended it: not a finish" if status.job_outcome(launcher) is not None
-        else "failed with workers made afresh: it starts with the new ones, not after its backoff"))
-    return True

@@ -266,7 +266,7 @@ def _plans(backend: str, gang: str) -> list[tuple[dict, object]]:
     record(suspended, obs, now=sim.at(10))
     sjob, sobs, _ = sim.converge(suspended, obs, backend, now=sim.at(10), **cfg)
     sobs = replace(sobs, pods=[], workers=sim.with_status(sobs.workers, **{ready: 0, "succeeded": 2}),
-                   launcher=sim.with_status(sobs.launcher, active=0, ready=0))
+                   launcher=sim.with_status(sobs.launcher, active=0, ready=0) if sobs.launcher else None)
     record(sjob, sobs, now=sim.at(15))
     sobs = replace(sobs, pod_group=None, workload=None)
     sjob = copy.deepcopy(sjob)

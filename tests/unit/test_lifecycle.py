@@ -52,7 +52,7 @@ def stopped_by_controllers(obs):
     """What the Job/StatefulSet controllers do with suspended Jobs and a StatefulSet at 0."""
     ready = "readyReplicas" if obs.workers["kind"] == "StatefulSet" else "ready"
     return replace(obs, pods=[], workers=with_status(obs.workers, **{ready: 0}),
-                   launcher=with_status(obs.launcher, active=0, ready=0))
+                   launcher=with_status(obs.launcher, active=0, ready=0) if obs.launcher else None)
 
 
 def workers_stopped(obs) -> bool:
@@ -304,21 +304,26 @@ def test_suspend_stops_every_pod_and_resume_starts_afresh(backend):
     assert cond(p.status, st.SUSPENDED)["status"] == "True"
     assert cond(p.status, st.RUNNING) == {**cond(p.status, st.RUNNING), "status": "False", "reason": "MPIJobSuspended"}
     assert events(p) == ["MPIJobSuspended"]
+    # the launcher Job that ran is deleted, not suspended: its attempt is neither a finish nor a
+    # failure, and the resume makes it afresh (afresh.stop_for_suspend)
+    assert [(d.ref.kind, d.ref.name, d.propagation) for d in p.deletes] == [("Job", "pi-launcher", "Foreground")]
+    assert not [x for x in p.patches if x.ref.name == "pi-launcher"]
     job, obs = apply_plan(job, obs, p)
-    assert obs.launcher["spec"]["suspend"] is True and workers_stopped(obs)
+    assert obs.launcher is None and workers_stopped(obs)
     obs = stopped_by_controllers(obs)
     p = run(job, obs, backend=backend, now=at(101))  # discover_hosts.sh and replicaStatuses: nothing runs
     assert [x.ref.kind for x in p.patches] == ["ConfigMap"] and not p.creates and not p.events
     job, obs, _ = converge(job, obs, backend, now=at(101))
-    # resume with the same templates: unsuspended in place
+    # resume: the workers unsuspended in place, the launcher Job made afresh
     job["spec"]["runPolicy"]["suspend"] = False
     p = run(job, obs, backend=backend, now=at(200))
     resumed = cond(p.status, st.SUSPENDED)
     assert (resumed["status"], resumed["reason"]) == ("False", "MPIJobResumed")
     assert p.status["startTime"] == "2025-01-01T12:03:20Z"
     assert events(p) == ["MPIJobResumed"] and not p.deletes
+    assert [c.obj["metadata"]["name"] for c in p.creates] == ["pi-launcher"]
     job, obs = apply_plan(job, obs, p)
-    assert obs.launcher["spec"]["suspend"] is False and not workers_stopped(obs)
+    assert not obs.launcher["spec"].get("suspend") and not workers_stopped(obs)
 
 
 def test_template_changes_made_while_suspended_reach_the_children(backend):
@@ -338,9 +343,10 @@ def test_template_changes_made_while_suspended_reach_the_children(backend):
     job, obs, plans = converge(job, obs, backend, now=at(200), rounds=5)
     assert obs.launcher["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
     assert obs.workers["spec"]["template"]["spec"]["nodeSelector"] == {"flavor": "a100"}
-    assert not obs.launcher["spec"]["suspend"] and not workers_stopped(obs)
+    assert not obs.launcher["spec"].get("suspend") and not workers_stopped(obs)
     deleted = [d.ref.name for p in plans for d in p.deletes]
-    assert "pi-launcher" in deleted and (("pi-worker" in deleted) == (backend == "job"))
+    # (the launcher Job was deleted by the suspend, made afresh by the resume: afresh.stop_for_suspend)
+    assert "pi-launcher" not in deleted and (("pi-worker" in deleted) == (backend == "job"))
 
 
 def test_created_suspended_creates_no_workers_or_launcher(backend):

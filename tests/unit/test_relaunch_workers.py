@@ -1,6 +1,6 @@
 """The Job backend after a lost worker (docs/architecture.md sections 4 and 11): the worker Job made
 afresh as soon as a worker pod is being deleted, and the failed launcher made afresh with the new
-workers (retries.remade) instead of after its Job's backoff, its failure counted once."""
+workers (afresh.remade) instead of after its Job's backoff, its failure counted once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from reconcilers import children, context, status
 from reconcilers.defaults import with_defaults
-from reconcilers.failure import ledger, retries
+from reconcilers.failure import afresh, ledger, retries
 from reconcilers.types import Config, Inputs
 from tests.unit.sim import NOW, KeyGen, apply_plan, run, running_state, with_status
 from tests.unit.test_retries import cond, failed_launcher, handed_over, job_with, running_launcher, workers
@@ -81,7 +81,7 @@ def test_remade(case, renewed, workers_at, want):
         obs = replace(obs, launcher={**obs.launcher, "metadata": {
             **obs.launcher["metadata"], "annotations": {ledger.LEDGER: book.to_json()}}})
     ctx = ctx_of(job, obs)
-    assert retries.remade(ctx, renewed, retries.account(ctx, active=True)) == want
+    assert afresh.remade(ctx, renewed, retries.account(ctx, active=True)) == want
 
 
 def test_worker_deleted_mid_run_the_launcher_job_is_made_afresh_with_the_workers_counted_once():
