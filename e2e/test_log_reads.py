@@ -166,7 +166,9 @@ def test_log_reads_apart_a_hanging_kubelet_holds_no_reconcile(kubectl, kubeconfi
     for name in names:  # the verdict's path for a log that cannot be read: no loss seen -> a success said so
         done = wait_condition(kubectl, namespace, name, "Succeeded", timeout=240)
         assert "the launcher's log could not be read" in done["message"], done
-        assert any(e["reason"] == "LauncherLogUnreadable" and e["type"] == "Warning"
-                   for e in events(kubectl, namespace, name))
+        # (the Event follows the status write that made the condition: wait for it, do not race it)
+        wait_until(lambda n=name: any(e["reason"] == "LauncherLogUnreadable" and e["type"] == "Warning"
+                                      for e in events(kubectl, namespace, n)),
+                   30, what=f"{name}'s LauncherLogUnreadable Warning")
     assert get(kubectl, namespace, MPIJOBS, "other") is not None
     print(f"[log_reads_apart] the node accepted {pit.accepted} log reads in all for {HUNG} launcher pods")

@@ -33,12 +33,14 @@ rm -rf "$key"
 printf '%s-worker-0.%s.%s.svc slots=2\n%s-worker-1.%s.%s.svc slots=2\n' "$JOB" "$JOB" "$NS" "$JOB" "$JOB" "$NS" |
   k create configmap "$JOB-config" --from-file=hostfile=/dev/stdin >/dev/null
 
-# The pod template of a launcher or worker, as the operator renders it (docs/architecture.md section 1).
+# The pod template of a launcher or worker, as the operator renders it (docs/architecture.md section 1),
+# but for its operator-name: these bare pods belong to no MPIJob, and a bare pod labelled as this
+# operator's worker where no MPIJob is is refused, whoever creates it (manifests/rbac/bare_worker_policy.yaml).
 template() {  # template <hostname or ""> <role> <restartPolicy> <command json>
   cat <<EOF
 metadata:
   labels: {training.kubeflow.org/job-name: $JOB, training.kubeflow.org/job-role: $2,
-           training.kubeflow.org/operator-name: mpi-operator}
+           training.kubeflow.org/operator-name: realnode-smoke-test}
 spec:
 $( [ -z "$1" ] || echo "  hostname: $1")
   subdomain: $JOB
