@@ -112,9 +112,12 @@ def test_in_place_worker_lost_mid_run_ranks_run_again(kubectl, realnode, openmpi
     assert (launcher_job["metadata"]["uid"] != first_launcher_job) == (backend == "job" and not in_place)
     how = ("the launcher restarts in place" if in_place else "the launcher Job is made afresh" if backend == "job"
            else "the launcher Job starts a new pod")
-    assert any(re.search(r"launcher attempt 1 \(pod \S+\) failed: exit code \d+.*counted, 1 of 3 retries", m)
+    assert any(re.search(r"launcher attempt 1 \(pod \S+, node \S+\) failed: exit code \d+.*counted, 1 of 3 retries", m)
                and how in m for m in msgs), msgs
     assert not any("2 of 3 retries" in m for m in msgs), msgs
+    # the delete ended the worker (its sshd, stopped, exits 0): never told as an exit of its own
+    assert any(f"worker {name}-worker-0 (pod " in m and "was lost (deleted)" in m for m in msgs), msgs
+    assert not any("ended with exit code 0" in m for m in msgs), msgs
 
 
 @pytest.mark.parametrize("backend", STS_ONLY)
@@ -174,4 +177,5 @@ def test_exit_code_launcher_exits(kubectl, realnode, openmpi4, start_operator, n
     assert launchers + restarts == attempts, (launchers, restarts)
     if attempts > 1:
         msgs = _restarting(kubectl, namespace, name)
-        assert any(f"exit code {code}; counted, 1 of 1 retries" in m for m in msgs), msgs
+        # 137: the kubelet's signal named beside the code (reconcilers/explain/ends.py)
+        assert any(f"exit code {code} (signal 9, SIGKILL); counted, 1 of 1 retries" in m for m in msgs), msgs

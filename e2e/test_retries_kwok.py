@@ -96,7 +96,8 @@ def test_exit_code_permanent_or_retried(kubectl, start_operator, namespace, code
     assert len([p for p in launchers if p["status"].get("phase") == "Failed"]) == attempts, launchers
     if attempts > 1:
         msgs = restarting_events(kubectl, namespace, "pi")
-        assert any(f"exit code {code}; counted, 1 of 1 retries" in m for m in msgs), msgs
+        # 137: the kubelet's signal named beside the code (reconcilers/explain/ends.py)
+        assert any(f"exit code {code} (signal 9, SIGKILL); counted, 1 of 1 retries" in m for m in msgs), msgs
 
 
 def test_drained_launcher_that_exits_0_runs_again_in_a_launcher_job_made_afresh(kubectl, operator, namespace,

@@ -60,6 +60,8 @@ def end(pod: Obj) -> str:
         said = quote(dt.get("message"))
         return f"{DISRUPTIONS.get(reason, 'was disrupted')} ({reason}{': ' + said if said else ''})"
     term = last_termination(pod)
+    if term is not None and meta(pod).get("deletionTimestamp") and stopped(term[1]):
+        return "was lost (deleted)"  # the delete's SIGTERM ended it (a stopped sshd exits 0), not its command
     if term is not None:
         return termination(pod, *term)
     if st.get("reason") or st.get("phase") == "Failed":  # the kubelet's own (OutOfcpu, NodeAffinity, Shutdown, ...)
@@ -71,6 +73,11 @@ def end(pod: Obj) -> str:
     if ready is not None and ready.get("reason") == "NodeNotReady":
         return "lost its node (NodeNotReady)"
     return "was lost"
+
+
+def stopped(term: Obj) -> bool:
+    """The container ended as a stop ends it: exit 0 or SIGTERM's 143, not OOMKilled, no other signal."""
+    return term.get("reason") != "OOMKilled" and term.get("exitCode") in (0, 143)
 
 
 def last_termination(pod: Obj) -> tuple[str, Obj] | None:

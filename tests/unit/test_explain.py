@@ -113,6 +113,24 @@ def test_explain_pod_end_names_pod_node_container_cause(the_pod, says):
     assert says in ends.ended_text(the_pod)
 
 
+def deleting(p: dict) -> dict:
+    return dict(p, metadata={**p["metadata"], "deletionTimestamp": "2025-01-01T12:00:00Z"})
+
+
+@pytest.mark.parametrize("the_pod, says", [
+    # `kubectl delete pod`: the kubelet's SIGTERM stops sshd, which exits 0 (or 143): the delete ended it
+    (deleting(with_status(terminated(W1, 0, "Completed"), phase="Succeeded")),
+     "worker pi-worker-1 (pod pi-worker-1, node n1) was lost (deleted)"),
+    (deleting(terminated(W1, 143)), "worker pi-worker-1 (pod pi-worker-1, node n1) was lost (deleted)"),
+    # what ended it before or beside the delete stays told
+    (deleting(terminated(W1, 137, "OOMKilled")), "was OOMKilled (limit 512Mi; container worker, exit code 137)"),
+    (deleting(terminated(W1, 1)), "ended with exit code 1 (container worker)"),
+    (with_status(terminated(W1, 0, "Completed"), phase="Succeeded"), "ended with exit code 0 (container worker)"),
+])
+def test_explain_pod_end_a_delete_is_no_exit_of_its_own(the_pod, says):
+    assert says in ends.ended_text(the_pod)
+
+
 # -- the condition Waiting, through plan() ----------------------------------------------------------
 
 
