@@ -29,7 +29,16 @@ from kueue import workload as kueue_workload
 from kueue_fixtures import release, submit
 
 from testsupport.kubectl import apply, condition_statuses, get, items, namespaced_service_account_kubeconfig
-from testsupport.realnode_mpi import ON_REAL_NODE, SSHD, launcher_logs, mpijob, rank_hosts, ranks_started, wait_finished
+from testsupport.realnode_mpi import (
+    ON_REAL_NODE,
+    SSHD,
+    launcher_logs,
+    mpijob,
+    pods,
+    rank_hosts,
+    ranks_started,
+    wait_finished,
+)
 from testsupport.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.builds("kueue"),
@@ -51,6 +60,13 @@ def _as_command(job: dict, command: list[str]) -> dict:
     launcher.pop("args", None)
     launcher["command"] = command
     return job
+
+
+def _launcher_exits(kubectl, ns: str, name: str) -> dict[str, int]:
+    """pod -> its launcher container's exit code, of the launcher pods that have ended (printed: the
+    exit Open MPI 5's mpirun took on the preemption's SIGTERM)."""
+    return {p["metadata"]["name"]: cs["state"]["terminated"]["exitCode"] for p in pods(kubectl, ns, name, "launcher")
+            for cs in p["status"].get("containerStatuses") or [] if "terminated" in cs.get("state", {})}
 
 
 @pytest.fixture
@@ -106,8 +122,9 @@ def test_preempted_by_kueue_on_the_real_node_succeeds_after_readmission_without_
     # Kueue marks the Workload Preempted first, then suspends the MPIJob. From then until Kueue
     # resumes it (once high has finished): never ended, shown Suspended.
     wait_until(lambda: mpijob_suspended(kubectl, namespace, "low"), 30, interval=0.2, what="low suspended")
-    shown_suspended, deadline = False, time.monotonic() + 300
+    shown_suspended, deadline, exits = False, time.monotonic() + 300, {}
     while mpijob_suspended(kubectl, namespace, "low"):
+        exits.update(_launcher_exits(kubectl, namespace, "low"))
         assert time.monotonic() < deadline, f"low never re-admitted: {condition_statuses(kubectl, namespace, 'high')}"
         conds = condition_statuses(kubectl, namespace, "low")
         assert conds.get("Succeeded") != "True" and conds.get("Failed") != "True", conds
@@ -127,4 +144,5 @@ def test_preempted_by_kueue_on_the_real_node_succeeds_after_readmission_without_
     assert wl_condition(finished, "Finished")["reason"] == "Succeeded", finished["status"]
     assert wl_condition(kueue_workload(kubectl, namespace, "high"), "Finished").get("status") == "True"
     print(f"\n[preempted by kueue] {FLAVOUR} {backend:<11} preempted {preempted:.1f}s, re-admitted {readmitted:.1f}s, "
-          f"Succeeded {time.time() - t0:.1f}s after the high-priority MPIJob was submitted")
+          f"Succeeded {time.time() - t0:.1f}s after the high-priority MPIJob was submitted; "
+          f"the preempted launcher's exit: {exits or 'not seen'}")
