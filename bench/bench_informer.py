@@ -246,21 +246,27 @@ def synthetic_pod(i: int) -> str:
     return json.dumps(pod)
 
 
+def bytes_per_object(docs: list[str], transform, indexers: dict | None = None) -> int:
+    """The store's memory per object (tracemalloc), each decoded from JSON as the reflector decodes it
+    and `transform`ed (None: as it comes) before it is added."""
+    store = Store(indexers)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for d in docs:
+        obj = json.loads(d)
+        store.add(transform(obj) if transform else obj)
+        del obj
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del store
+    return (after - before) // len(docs)
+
+
 def bench_pod_memory(n: int = N_PODS) -> dict:
     docs = [synthetic_pod(i) for i in range(n)]
     out: dict = {"pods": n, "pod_json_bytes": sum(len(d) for d in docs) // n}
     for label, transform in (("raw", None), ("slim_pod", slim_pod)):
-        store = Store()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for d in docs:
-            obj = json.loads(d)
-            store.add(transform(obj) if transform else obj)
-            del obj
-        after = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
-        out[f"bytes_per_pod_{label}"] = (after - before) // n
-        del store
+        out[f"bytes_per_pod_{label}"] = bytes_per_object(docs, transform)
     out["slim_ratio"] = round(out["bytes_per_pod_slim_pod"] / out["bytes_per_pod_raw"], 3)
     return out
 
@@ -327,17 +333,7 @@ def bench_workload_memory(n: int = N_WORKLOADS) -> dict:
     docs = [synthetic_workload(i) for i in range(n)]
     out: dict = {"workloads": n, "workload_json_bytes": sum(len(d) for d in docs) // n}
     for label, transform in (("raw", None), ("slim", slim_kueue_workload)):
-        store = Store({POD_INDEX: _mpijob_owner})
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for d in docs:
-            obj = json.loads(d)
-            store.add(transform(obj) if transform else obj)
-            del obj
-        after = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
-        out[f"bytes_per_workload_{label}"] = (after - before) // n
-        del store
+        out[f"bytes_per_workload_{label}"] = bytes_per_object(docs, transform, {POD_INDEX: _mpijob_owner})
     out["slim_total_mib"] = round(out["bytes_per_workload_slim"] * n / 2**20, 2)
     out["slim_ratio"] = round(out["bytes_per_workload_slim"] / out["bytes_per_workload_raw"], 3)
     return out
