@@ -8,10 +8,15 @@ from dataclasses import replace
 
 import pytest
 
+from controller.config import Options
+from controller.executor import Executor
+from controller.mpijob_controller import MPIJobController
+from informers.factory import InformerFactory
 from informers.transforms import slim_kueue_workload
 from reconcilers import status as st
 from reconcilers.explain import kueue
 from tests.unit.sim import BACKENDS, apply_plan, at, converge, mpijob, run
+from testsupport.fake_api import FakeApi
 
 SHORT = ("couldn't assign flavors to pod set worker: insufficient unused quota for cpu in flavor default-flavor, "
          "20m more needed")
@@ -135,3 +140,33 @@ def test_explain_kueue_admitted_resumes():
     p = run(job, replace(obs, kueue_workload=admitted))
     c = st.get_condition(p.status, st.SUSPENDED)
     assert c["status"] == "False" and c["reason"] == st.R_RESUMED
+
+
+# -- the informer: served only, its changes queue the owner, the plan sees the owned one -------------
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_explain_kueue_workloads_watched_when_served_and_queue_their_mpijob(served):
+    api = FakeApi()
+    factory = InformerFactory(api, namespace="ns")
+    ctrl = MPIJobController(Options(worker_backend="job"), factory,
+                            Executor(api, is_leader=lambda: True, component="mpi-operator", instance="t"),
+                            kueue_served=served)
+    watched = {(inf.resource.group, inf.resource.plural, inf.reflector.label_selector) for inf in factory.informers()}
+    assert (("kueue.x-k8s.io", "workloads", "") in watched) is served
+    if not served:
+        assert ctrl.observed(mpijob()).kueue_workload is None
+        ctrl.queue.shutdown()
+        return
+    ctrl._active = True
+    ctrl.mpijobs.store.add(mpijob())
+    pending = slim_kueue_workload(workload(QUOTA_FALSE))
+    ctrl.kueue_workloads.store.add(pending)
+    assert ctrl.observed(mpijob()).kueue_workload == pending
+    for h in ctrl.kueue_workloads.handlers:
+        h.on_update(pending, {**pending, "metadata": {**pending["metadata"], "resourceVersion": "10"}})
+    assert len(ctrl.queue) == 0  # nothing Kueue says changed: no reconcile
+    for h in ctrl.kueue_workloads.handlers:
+        h.on_update(pending, slim_kueue_workload(workload(dict(QUOTA_FALSE, message="other"))))
+    assert ctrl.queue.get(timeout=1)[0] == "ns/pi"
+    ctrl.queue.shutdown()
