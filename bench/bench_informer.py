@@ -4,9 +4,12 @@
   10 000 ConfigMaps: while they are created (bounded by the API server), on the initial list of a
   fresh informer, and for the burst of DELETED events of one deletecollection;
 - the store's memory per cached pod, raw and with the slim_pod transform (tracemalloc on synthetic
-  pod dicts decoded from JSON, as the reflector decodes them).
+  pod dicts decoded from JSON, as the reflector decodes them);
+- the same for Kueue's Workloads (one per MPIJob under Kueue), raw and with slim_kueue_workload,
+  indexed by their MPIJob as the controller keeps them (issue 51: what watching them costs).
 
-    python -m bench.bench_informer      # a table, then the JSON
+    python -m bench.bench_informer            # a table, then the JSON
+    python -m bench.bench_informer workloads  # the Workloads' memory alone (no cluster needed)
 
 Uses $KUBECONFIG or .cluster/kubeconfig; starts the local cluster (hack/cluster-up.sh) when it is
 not up. BENCH_CONFIGMAPS overrides the count.
@@ -32,11 +35,12 @@ from client.rest import RestClient
 from controller.workqueue import RateLimitingQueue
 from informers.informer import SharedInformer
 from informers.store import Store, meta_namespace_key
-from informers.transforms import slim_pod
+from informers.transforms import slim_kueue_workload, slim_pod
 from testsupport.paths import CLUSTER_DIR, ROOT
 
 N_CONFIGMAPS = int(os.environ.get("BENCH_CONFIGMAPS", "10000"))
 N_PODS = 2000
+N_WORKLOADS = int(os.environ.get("BENCH_WORKLOADS", "1000"))
 
 
 def _kubeconfig() -> str:
@@ -242,31 +246,118 @@ def synthetic_pod(i: int) -> str:
     return json.dumps(pod)
 
 
+def bytes_per_object(docs: list[str], transform, indexers: dict | None = None) -> int:
+    """The store's memory per object (tracemalloc), each decoded from JSON as the reflector decodes it
+    and `transform`ed (None: as it comes) before it is added."""
+    store = Store(indexers)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for d in docs:
+        obj = json.loads(d)
+        store.add(transform(obj) if transform else obj)
+        del obj
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del store
+    return (after - before) // len(docs)
+
+
 def bench_pod_memory(n: int = N_PODS) -> dict:
     docs = [synthetic_pod(i) for i in range(n)]
     out: dict = {"pods": n, "pod_json_bytes": sum(len(d) for d in docs) // n}
     for label, transform in (("raw", None), ("slim_pod", slim_pod)):
-        store = Store()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        for d in docs:
-            obj = json.loads(d)
-            store.add(transform(obj) if transform else obj)
-            del obj
-        after = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
-        out[f"bytes_per_pod_{label}"] = (after - before) // n
-        del store
+        out[f"bytes_per_pod_{label}"] = bytes_per_object(docs, transform)
     out["slim_ratio"] = round(out["bytes_per_pod_slim_pod"] / out["bytes_per_pod_raw"], 3)
+    return out
+
+
+def _container(name: str, command: list[str]) -> dict:
+    return {"name": name, "image": "mpioperator/mpi-pi:openmpi", "imagePullPolicy": "IfNotPresent", "command": command,
+            "env": [{"name": f"ENV_{j}", "value": f"value-{j}"} for j in range(6)],
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}},
+            "volumeMounts": [{"name": "ssh-auth", "mountPath": "/home/mpiuser/.ssh"}]}
+
+
+def _pod_set(job: str, name: str, count: int, command: list[str]) -> dict:
+    """A Workload's pod set: Kueue copies the replica's pod template into it."""
+    return {
+        "name": name, "count": count, "topologyRequest": {"podIndexLabel": "training.kubeflow.org/replica-index"},
+        "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {
+            "containers": [_container(name, command)], "restartPolicy": "OnFailure",
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+            "volumes": [{"name": "ssh-auth", "secret": {"secretName": f"{job}-ssh", "defaultMode": 384}}]}}}
+
+
+def synthetic_workload(i: int) -> str:
+    """A Kueue Workload of one MPIJob as Kueue 0.19 writes it (kueue.x-k8s.io/v1beta2): a pod set per
+    replica type, each a copy of its pod template, managedFields, the conditions of a pending one with
+    Kueue's quota message, and the resource requests."""
+    job = f"pi-{i}"
+    w = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {
+            "name": f"mpijob-{job}-{i:05x}", "namespace": "bench", "uid": str(uuid.uuid4()),
+            "resourceVersion": str(5000 + i), "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"kueue.x-k8s.io/job-uid": str(uuid.uuid4())},
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": job,
+                                 "uid": str(uuid.uuid4()), "controller": True, "blockOwnerDeletion": True}],
+            "managedFields": [
+                {"manager": "kueue", "operation": "Update", "apiVersion": "kueue.x-k8s.io/v1beta2",
+                 "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {f"f:x{j}": {} for j in range(20)}}},
+                {"manager": "kueue-admission", "operation": "Apply", "apiVersion": "kueue.x-k8s.io/v1beta2",
+                 "subresource": "status", "time": "2026-01-01T00:00:01Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {f"f:s{j}": {} for j in range(8)}}},
+            ],
+        },
+        "spec": {"active": True, "queueName": "team-a", "priority": 0, "podSets": [
+            _pod_set(job, "launcher", 1, ["mpirun", "-n", "8", "/home/mpiuser/pi"]),
+            _pod_set(job, "worker", 8, ["/usr/sbin/sshd", "-De"])]},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                            "lastTransitionTime": "2026-01-01T00:00:01Z", "observedGeneration": 1,
+                            "message": "couldn't assign flavors to pod set worker: insufficient unused quota for "
+                                       "cpu in flavor default-flavor, 8 more needed"}],
+            "resourceRequests": [{"name": "launcher", "resources": {"cpu": "1", "memory": "1Gi"}},
+                                 {"name": "worker", "resources": {"cpu": "8", "memory": "8Gi"}}],
+        },
+    }
+    return json.dumps(w)
+
+
+def bench_workload_memory(n: int = N_WORKLOADS) -> dict:
+    """Bytes per cached Kueue Workload (one per MPIJob), raw and slimmed, in a store indexed by MPIJob as
+    controller/informer_wiring.py keeps them."""
+    from controller.informer_wiring import POD_INDEX, _mpijob_owner
+
+    docs = [synthetic_workload(i) for i in range(n)]
+    out: dict = {"workloads": n, "workload_json_bytes": sum(len(d) for d in docs) // n}
+    for label, transform in (("raw", None), ("slim", slim_kueue_workload)):
+        out[f"bytes_per_workload_{label}"] = bytes_per_object(docs, transform, {POD_INDEX: _mpijob_owner})
+    out["slim_total_mib"] = round(out["bytes_per_workload_slim"] * n / 2**20, 2)
+    out["slim_ratio"] = round(out["bytes_per_workload_slim"] / out["bytes_per_workload_raw"], 3)
     return out
 
 
 def run() -> dict:
     path = _kubeconfig()
-    return {"informer_events": bench_events(path), "pod_memory": bench_pod_memory()}
+    return {"informer_events": bench_events(path), "pod_memory": bench_pod_memory(),
+            "workload_memory": bench_workload_memory()}
+
+
+def _print_workloads(wl: dict) -> None:
+    print(f"{'store memory per Kueue Workload (' + str(wl['workloads']) + ' MPIJobs)':<48}{'bytes':>14}")
+    for k in ("workload_json_bytes", "bytes_per_workload_raw", "bytes_per_workload_slim", "slim_ratio",
+              "slim_total_mib"):
+        print(f"  {k:<46}{wl[k]:>14}")
 
 
 def main() -> None:
+    if sys.argv[1:] == ["workloads"]:
+        wl = bench_workload_memory()
+        _print_workloads(wl)
+        print(json.dumps({"workload_memory": wl}, indent=2))
+        return
     res = run()
     ev, mem = res["informer_events"], res["pod_memory"]
     print(f"{'informer pipeline (' + str(ev['configmaps']) + ' ConfigMaps)':<48}{'value':>14}")
@@ -276,6 +367,7 @@ def main() -> None:
     print(f"{'store memory per cached pod (' + str(mem['pods']) + ' pods)':<48}{'bytes':>14}")
     for k in ("pod_json_bytes", "bytes_per_pod_raw", "bytes_per_pod_slim_pod", "slim_ratio"):
         print(f"  {k:<46}{mem[k]:>14}")
+    _print_workloads(res["workload_memory"])
     print(json.dumps(res, indent=2))
 
 

@@ -58,6 +58,9 @@ OPERATOR: Grants = {
     ("", "pods/log"): frozenset({"get"}),
     # core/v1 Events on MPIJobs, each a new one (executor.event): never patched, never events.k8s.io
     ("", "events"): frozenset({"create"}),
+    # Kueue's Workloads, read only: the informer (list, watch; never a GET, reconciles read the cache)
+    # when the cluster serves Kueue, for why Kueue keeps an MPIJob suspended (reconcilers/explain/kueue.py)
+    ("kueue.x-k8s.io", "workloads"): frozenset({"list", "watch"}),
 }
 
 # Granted without being sent: every child's controller ownerReference carries blockOwnerDeletion:
@@ -262,8 +265,12 @@ ATTEMPT_RECORD = Feature(
     "attempt-record", {("", "pods"): frozenset({"patch"})},
     "launcher pods are not held until their end is recorded: a launcher drained or evicted while the "
     "operator is away can leave before it is judged (docs/architecture.md section 11)")
+KUEUE_REASONS = Feature(
+    "kueue-reasons", {("kueue.x-k8s.io", "workloads"): frozenset({"list", "watch"})},
+    "Kueue's Workloads are not watched: an MPIJob Kueue keeps suspended reads only Suspended, not why "
+    "(the ClusterQueue's quota short, an admission check pending)")
 FEATURES: tuple[Feature, ...] = (NETWORK_ISOLATION, LAUNCHER_LOG, ELASTIC_REFRESH, STATEFULSET_WORKERS,
-                                 TAKEOVER_WORKERS, ATTEMPT_RECORD)
+                                 TAKEOVER_WORKERS, ATTEMPT_RECORD, KUEUE_REASONS)
 
 
 def spell(t: Triple) -> str:

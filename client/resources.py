@@ -61,6 +61,9 @@ VOLCANO_PODGROUPS = Resource.of(podgroup.VOLCANO_API, "podgroups", podgroup.KIND
 # --gang-scheduling=workload: Kubernetes' own Workload API (reconcilers/gang/workload_gang.py).
 WORKLOADS = Resource.of(workload_gang.API, "workloads", workload_gang.WORKLOAD_KIND)
 WORKLOAD_PODGROUPS = Resource.of(workload_gang.API, "podgroups", podgroup.KIND)
+# Kueue's Workloads (kueue.x-k8s.io/v1beta2, Kueue 0.19): read only, to say why Kueue keeps an MPIJob
+# suspended (reconcilers/explain/kueue.py); watched only when the cluster serves it.
+KUEUE_WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 # --network-isolation: each MPIJob's NetworkPolicy (reconcilers/netpol.py).
 NETWORKPOLICIES = Resource.of(netpol.API, "networkpolicies", netpol.KIND)
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from client import permissions
 from client.errors import ApiError
 from client.permissions import Fence
-from client.resources import MPIJOBS, WORKLOAD_PODGROUPS, WORKLOADS
+from client.resources import KUEUE_WORKLOADS, MPIJOBS, WORKLOAD_PODGROUPS, WORKLOADS
 from client.rest import RestClient
 from controller import access, config, health, logs, metrics
 from controller.executor import Executor
@@ -92,6 +92,26 @@ def _workload_api_missing(client: RestClient, stop: threading.Event) -> str:
     return ""
 
 
+def _kueue_served(client: RestClient, stop: threading.Event) -> bool:
+    """Whether the API server serves Kueue's Workloads (KUEUE_WORKLOADS' group version): only then is
+    there an informer on them (one on an API not served would retry a 404 forever and the caches would
+    never sync). Asked once, at start-up: Kueue installed later is seen after a restart."""
+    path = f"/apis/{KUEUE_WORKLOADS.group}/{KUEUE_WORKLOADS.version}"
+    while not stop.is_set():
+        try:
+            resources = client.request("GET", path, timeout=10).get("resources") or []
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            log.warning("cannot read the API server's discovery; retrying", path=path, error=str(e))
+        except Exception as e:
+            log.warning("API server unreachable; retrying", error=str(e))
+        else:
+            return any(r.get("name") == KUEUE_WORKLOADS.plural for r in resources)
+        stop.wait(5)
+    return False
+
+
 # The first release whose API server knows a container's own restartPolicy and restartPolicyRules
 # (ContainerRestartRules, alpha in 1.34: dropped when its gate is off, which leaves a launcher that
 # runs again in a new pod; beta and on from 1.35). An older API server refuses the fields (422).
@@ -162,12 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         opts = replace(opts, network_isolation=False)
     factory = InformerFactory(client, namespace=opts.namespace)
     unavailable = _workload_api_missing(client, stop) if opts.gang_scheduling == workload_gang.MODE else ""
+    # Kueue's Workloads, when served and granted (a missing grant turns this alone off: controller/access.py)
+    kueue = not assessment.feature_off(permissions.KUEUE_REASONS.name) and _kueue_served(client, stop)
     version = _server_version(client, stop) if opts.launcher_restart != "new-pod" else None
     rules = version is not None and version >= RESTART_RULES_SINCE
     ctrl = MPIJobController(opts, factory, executor, gang_unavailable=unavailable, container_restart_rules=rules,
                             permissions_missing=access.message(assessment, opts.namespace),
                             features_off=access.features_off(assessment, opts.namespace),
-                            health_note=access.health_detail(assessment))
+                            health_note=access.health_detail(assessment), kueue_served=kueue)
 
     synced = threading.Event()
     ports = health.Servers().start(

@@ -15,6 +15,7 @@ import time
 from client.resources import (
     CONFIGMAPS,
     JOBS,
+    KUEUE_WORKLOADS,
     MPIJOBS,
     NETWORKPOLICIES,
     PODGROUPS,
@@ -32,8 +33,9 @@ from controller.job_memory import JobMemories
 from controller.workqueue import RateLimitingQueue
 from informers.factory import InformerFactory
 from informers.store import DeletedFinalStateUnknown, meta_namespace_key
-from informers.transforms import slim_pod, strip_managed_fields, strip_secret_data
+from informers.transforms import slim_kueue_workload, slim_pod, strip_managed_fields, strip_secret_data
 from reconcilers import access, names, news
+from reconcilers.explain import kueue
 from reconcilers.failure import hold, retries
 from reconcilers.gang import workload_gang
 from reconcilers.types import Observed
@@ -73,7 +75,7 @@ class InformerWiring:
     expectations: Expectations
     _active: bool
 
-    def _wire(self, factory: InformerFactory, opts: Options, gang_unavailable: str) -> None:
+    def _wire(self, factory: InformerFactory, opts: Options, gang_unavailable: str, kueue_served: bool = False) -> None:
         # Only MPIJobs are resynced: a periodic reconcile of each catches anything an event could not.
         self.mpijobs = factory.informer_for(MPIJOBS, transform=strip_managed_fields,
                                             resync_period=opts.resync_period)
@@ -112,6 +114,19 @@ class InformerWiring:
                 self.pod_groups = child(WORKLOAD_PODGROUPS)
             else:
                 self.pod_groups = child(VOLCANO_PODGROUPS if opts.gang_scheduling == "volcano" else PODGROUPS)
+        # Kueue's Workloads, read only, when the cluster serves their API (found at start-up): why Kueue
+        # keeps an MPIJob suspended (reconcilers/explain/kueue.py). Kueue labels them with nothing of
+        # ours, so every Workload of the watched namespaces is listed, slimmed to its conditions, and
+        # indexed by the MPIJob that owns it; one of another kind's job maps to no MPIJob.
+        self.kueue_workloads = None
+        if kueue_served:
+            self.kueue_workloads = factory.informer_for(KUEUE_WORKLOADS, transform=slim_kueue_workload)
+            self.kueue_workloads.add_indexers({POD_INDEX: _mpijob_owner})
+            self.kueue_workloads.add_event_handler(
+                on_add=lambda obj: self._enqueue_owner(obj, ""),
+                on_update=lambda old, new: self._kueue_updated(old, new),
+                on_delete=lambda obj: self._enqueue_owner(_unwrap(obj), ""),
+            )
 
         self.mpijobs.add_event_handler(
             on_add=self._enqueue_mpijob,
@@ -124,7 +139,7 @@ class InformerWiring:
             on_delete=lambda obj: self._pod_deleted(_unwrap(obj)),
         )
         for inf in self._children():
-            if inf is self.pods:
+            if inf is self.pods or inf is self.kueue_workloads:
                 continue
             plural = inf.resource.plural
             inf.add_event_handler(
@@ -136,8 +151,8 @@ class InformerWiring:
 
     def _children(self) -> list:
         infs = [self.jobs, self.services, self.config_maps, self.secrets, self.pods]
-        return infs + [inf for inf in (self.statefulsets, self.pod_groups, self.workloads, self.network_policies)
-                       if inf is not None]
+        return infs + [inf for inf in (self.statefulsets, self.pod_groups, self.workloads, self.network_policies,
+                                       self.kueue_workloads) if inf is not None]
 
     # ------------------------------------------------------------------ event handlers
     def _enqueue_mpijob(self, obj: dict, resync: bool = False) -> None:
@@ -205,6 +220,15 @@ class InformerWiring:
         would find nothing to do (reconcilers/news.py)."""
         return self.expectations.echo(owner, _obj_key(plural, obj), (obj.get("metadata") or {}).get("resourceVersion"))
 
+    def _kueue_updated(self, old: dict, new: dict) -> None:
+        """A Workload's change queues its MPIJob when its conditions changed (the transform keeps
+        nothing else that moves): Kueue's words, which the Suspended condition quotes."""
+        def moved(obj: dict) -> tuple:
+            return (obj.get("status") or {}).get("conditions"), (obj.get("metadata") or {}).get("deletionTimestamp")
+
+        if moved(old) != moved(new):
+            self._enqueue_owner(new, "")
+
     def _pod_deleted(self, pod: dict) -> None:
         """A worker pod's delete is remembered for its MPIJob's next plan: a StatefulSet can replace
         it before a reconcile sees it deleting (reconcilers/failure/workerloss.py)."""
@@ -259,9 +283,18 @@ class InformerWiring:
             pods=self.pods.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"),
             pod_group=get("podgroups", meta["name"]),
             workload=get("workloads", meta["name"]),
+            kueue_workload=kueue.owned_workload(
+                self.kueue_workloads.store.by_index(POD_INDEX, f"{ns}/{meta['name']}"), meta.get("uid"))
+            if self.kueue_workloads is not None else None,
             network_policy=get(NETWORKPOLICIES.plural, names.network_policy_name(mpijob)),
             legacy_network_policy=get(NETWORKPOLICIES.plural, names.legacy_network_policy_name(mpijob)),
         )
+
+
+def _mpijob_owner(obj: dict) -> list[str]:
+    """The MPIJob whose Workload this is ("ns/name"), by its controller ownerReference."""
+    key = names.owner_key(obj)
+    return [key] if key else []
 
 
 def _role(pod: dict) -> str | None:

@@ -86,6 +86,7 @@ class MPIJobController(InformerWiring):
         permissions_missing: str = "",
         features_off: tuple[tuple[str, str], ...] = (),
         health_note: str = "",
+        kueue_served: bool = False,
     ) -> None:
         self.opts, self.executor, self.now, self.keygen = opts, executor, now, keygen
         self.config = Config(
@@ -119,7 +120,7 @@ class MPIJobController(InformerWiring):
         # Set once the workers run (this replica leads): a standby neither queues nor remembers
         # anything, and its takeover queues every cached MPIJob (docs/architecture.md section 3.2).
         self._active = False
-        self._wire(factory, opts, gang_unavailable)
+        self._wire(factory, opts, gang_unavailable, kueue_served)
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ workers

@@ -29,7 +29,18 @@ from kueue_fixtures import TAINT, all_pods, running_pods, submit, worker_templat
 
 from reconcilers.names import NETWORK_POLICY_SUFFIX
 from testsupport.builders import simulated_mpijob
-from testsupport.kubectl import conditions, get, items, live, now, pods, wait_condition, wait_event, wait_finished
+from testsupport.kubectl import (
+    conditions,
+    get,
+    items,
+    live,
+    namespaced_service_account_kubeconfig,
+    now,
+    pods,
+    wait_condition,
+    wait_event,
+    wait_finished,
+)
 from testsupport.paths import CRD
 from testsupport.waiting import wait_until
 
@@ -271,3 +282,38 @@ def test_a_malformed_mpijob_does_not_stop_the_others_being_admitted(
         wait_condition(kubectl, namespace, "good", "Succeeded", timeout=60)
     finally:
         kubectl("-n", namespace, "delete", "mpijob", "bad", "--ignore-not-found", "--timeout=60s", check=False)
+
+
+def test_explain_kueue_over_quota_the_suspended_condition_quotes_kueue(
+        kubectl, kueue, start_operator, namespace, backend, queues, tmp_path):
+    """Issue 51 item 1: an MPIJob Kueue holds for want of quota reads, in `kubectl get mpijob -o yaml`,
+    Suspended with reason QuotaNotReserved and Kueue's own words (the LocalQueue, the flavor, the
+    resource short), within seconds of Kueue writing them; the State column stays Suspended. The
+    operator runs as the ServiceAccount of this checkout's manifests/rbac-namespaced/ (its list/watch
+    of Workloads; the shared cluster's ClusterRole is whichever checkout applied it last)."""
+    kc = namespaced_service_account_kubeconfig(kubectl, namespace, tmp_path / "kubeconfig")
+    start_operator(backend, namespace, f"--leader-election-namespace={namespace}", kubeconfig=kc)
+    q = queues({"a": "20m"})  # the MPIJob asks 3 x 10m: never admitted
+    submit(kubectl, namespace, simulated_mpijob("big", launcher_runs="2s"), q.local)
+
+    def pending() -> dict | None:
+        x = workload(kubectl, namespace, "big")
+        return x if x and wl_condition(x, "QuotaReserved").get("status") == "False" else None
+
+    w = wait_until(pending, 30, what="Kueue's QuotaReserved=False on big's Workload")
+    said = wl_condition(w, "QuotaReserved")
+
+    def suspended() -> dict | None:
+        c = conditions(kubectl, namespace, "big").get("Suspended") or {}
+        return c if c.get("reason") == "QuotaNotReserved" else None
+
+    c = wait_until(suspended, 10, interval=0.2, what="Suspended quoting Kueue, within seconds")
+    assert c["status"] == "True", c
+    msg = c["message"]
+    assert said["message"] in msg, (msg, said)
+    assert f"(LocalQueue {q.local})" in msg and w["metadata"]["name"] in msg, msg
+    assert "cpu" in msg and q.flavors["a"] in msg, msg  # the resource short, in which flavor
+    job = get(kubectl, namespace, "mpijob", "big")
+    assert job["status"]["conditions"][-1]["type"] == "Suspended", job["status"]  # the State column
+    assert mpijob_suspended(kubectl, namespace, "big") and not all_pods(kubectl, namespace, "big")
+    wait_event(kubectl, namespace, "big", "QuotaNotReserved", "Normal", timeout=10)

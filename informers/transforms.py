@@ -65,3 +65,23 @@ def strip_secret_data(obj: dict) -> dict:
         if isinstance(data, dict):
             out[field] = {k: SECRET_VALUE_PLACEHOLDER if v else "" for k, v in data.items()}
     return out
+
+
+_KUEUE_CONDITION_KEEP = ("type", "status", "reason", "message")
+_KUEUE_META_KEEP = ("name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp")
+
+
+def slim_kueue_workload(obj: dict) -> dict:
+    """A Kueue Workload as the controller reads it (reconcilers/explain/kueue.py): its name, owner and
+    deletion, spec.queueName, and its conditions' type, status, reason and message; not the pod sets
+    (a copy of every pod template: most of the object)."""
+    meta = obj.get("metadata") or {}
+    conds = (obj.get("status") or {}).get("conditions") or []
+    spec = obj.get("spec") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind", "Workload"),
+        "metadata": {k: meta[k] for k in _KUEUE_META_KEEP if k in meta},
+        "spec": {"queueName": spec["queueName"]} if "queueName" in spec else {},
+        "status": {"conditions": [{k: c[k] for k in _KUEUE_CONDITION_KEEP if k in c}
+                                  for c in conds if isinstance(c, dict)]},
+    }

@@ -59,7 +59,7 @@ from reconcilers import (
 from reconcilers.context import JobContext
 from reconcilers.defaults import with_defaults
 from reconcilers.draft import Draft
-from reconcilers.explain import waiting
+from reconcilers.explain import kueue, waiting
 from reconcilers.failure import afresh, hold, messages, retries, workerloss
 from reconcilers.failure.ledger import Ledger
 from reconcilers.gang import lifecycle as gang
@@ -243,11 +243,9 @@ def _worker_job_lost(ctx: JobContext, draft: Draft) -> str | None:
 
 
 def _suspended(ctx: JobContext, draft: Draft, accounts: retries.Accounts) -> None:
-    msg = f"MPIJob {ctx.key} is suspended."
-    if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
-        draft.event("Normal", status.R_SUSPENDED, msg)
+    kueue.suspended(ctx, draft)  # Kueue's words when it holds the MPIJob
     if status.get_condition(draft.status, status.RUNNING) is not None:
-        draft.condition(status.RUNNING, "False", status.R_SUSPENDED, msg)
+        draft.condition(status.RUNNING, "False", status.R_SUSPENDED, f"MPIJob {ctx.key} is suspended.")
     status.remove_condition(draft.status, status.RESTARTING)
     workerloss.drop(draft)  # the launcher's pod is stopped: that attempt is over
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
@@ -266,9 +264,7 @@ def _held(ctx: JobContext, draft: Draft, suspend: bool) -> None:
     stops them, as it always does (Kueue's eviction). docs/architecture.md section 3."""
     if not suspend:
         return
-    msg = f"MPIJob {ctx.key} is suspended."
-    if draft.condition(status.SUSPENDED, "True", status.R_SUSPENDED, msg):
-        draft.event("Normal", status.R_SUSPENDED, msg)
+    kueue.suspended(ctx, draft)
     gang.drop_pod_group(ctx, draft, "the MPIJob is suspended; a resume creates it afresh")
     children.sync_workers(ctx, draft, running=False)
     children.sync_launcher(ctx, draft, running=False)

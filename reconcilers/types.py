@@ -76,6 +76,9 @@ class Observed:
     pods: list[Obj] = field(default_factory=list)  # pods labelled with this job's name
     pod_group: Obj | None = None  # the PodGroup `<name>` (only with gang scheduling)
     workload: Obj | None = None  # the scheduling.k8s.io Workload `<name>` (--gang-scheduling=workload)
+    # the kueue.x-k8s.io Workload Kueue made for this MPIJob (only when the cluster serves Kueue's API):
+    # why Kueue keeps it suspended (reconcilers/explain/kueue.py)
+    kueue_workload: Obj | None = None
     # the NetworkPolicy `<name>-mpijob-isolation` (only with --network-isolation; names.network_policy_name)
     network_policy: Obj | None = None
     # the NetworkPolicy `<name>`, as versions before that name called it: replaced if this MPIJob controls it

@@ -140,15 +140,18 @@ def gang_wait(ctx: JobContext, draft: Draft, running: bool) -> None:
             msg = workload_gang.waiting_message(have, ctx.key)
         placed = "scheduled" if have is not None else "gone"
     elif podgroup.enabled(ctx.config):
-        msg = None if running else podgroup.waiting_message(have, ctx.key)
+        said = podgroup.scheduler_said(have, [p for p in ctx.pods.launchers + ctx.pods.workers if _alive(p)])
+        msg = None if running else podgroup.waiting_message(have, ctx.key, said)
         placed = podgroup.phase(have) or "gone"
     current = status.get_condition(draft.status, podgroup.WAITING_CONDITION)
     if msg is not None:
-        # Set when the wait begins only: the phase flips between Pending and Scheduling while pods
-        # wait at the scheduler's Permit (and the scheduler rewrites its message each attempt), and
-        # each new message would be one more status write.
-        if not status.is_true(draft.status, podgroup.WAITING_CONDITION) or (current or {}).get("reason") != reason:
+        # Set when the wait begins, and once more when the scheduler's words first come (quoted): the
+        # phase flips between Pending and Scheduling while pods wait at the scheduler's Permit, and
+        # the scheduler rewrites its message each attempt; each new message would be one more write.
+        begins = not status.is_true(draft.status, podgroup.WAITING_CONDITION) or (current or {}).get("reason") != reason
+        if begins or (podgroup.QUOTE in msg and podgroup.QUOTE not in str((current or {}).get("message"))):
             draft.condition(podgroup.WAITING_CONDITION, "True", reason, msg)
+        if begins:
             draft.event(etype, reason, msg)
     elif current is not None:
         status.remove_condition(draft.status, podgroup.WAITING_CONDITION)

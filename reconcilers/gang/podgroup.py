@@ -257,8 +257,13 @@ def phase(pod_group_obj: Obj | None) -> str:
     return str(((pod_group_obj or {}).get("status") or {}).get("phase") or "")
 
 
-def waiting_message(pod_group_obj: Obj | None, key: str) -> str | None:
-    """Why the MPIJob's pods are not starting, while its PodGroup waits for room for the whole gang."""
+# What marks the scheduler's own words in the message (lifecycle.gang_wait writes them once they come).
+QUOTE = "; the scheduler: "
+
+
+def waiting_message(pod_group_obj: Obj | None, key: str, said: str = "") -> str | None:
+    """Why the MPIJob's pods are not starting, while its PodGroup waits for room for the whole gang;
+    `said`: the scheduler's words (scheduler_said), quoted when there are any."""
     ph = phase(pod_group_obj)
     if ph not in WAITING_PHASES:
         return None
@@ -267,5 +272,20 @@ def waiting_message(pod_group_obj: Obj | None, key: str) -> str | None:
     res = spec.get("minResources")
     needs = f"minMember {spec.get('minMember')}" + (
         f", minResources {', '.join(f'{k}={v}' for k, v in sorted(res.items()))}" if res else "")
-    return (f"MPIJob {key} waits for its gang: PodGroup {key} is {ph} ({needs}); no pod "
+    quote = f"{QUOTE}{said}" if said else ""
+    return (f"MPIJob {key} waits for its gang: PodGroup {key} is {ph} ({needs}){quote}; no pod "
             "starts until the cluster has room for all of them at once.")
+
+
+def scheduler_said(pod_group_obj: Obj | None, pods: list[Obj]) -> str:
+    """Why the gang's scheduler cannot place it, in its words: Volcano's PodGroup condition
+    Unschedulable=True; Coscheduling writes no condition on its PodGroup, only on the pods it turns
+    away (PodScheduled=False, Unschedulable), the first of them by name quoted. "" until it says."""
+    for c in ((pod_group_obj or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "Unschedulable" and c.get("status") == "True":
+            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or 'no reason given'}"
+    for p in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
+        for c in (p.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                return f"pod {(p.get('metadata') or {}).get('name')}: {c.get('message') or 'Unschedulable'}"
+    return ""

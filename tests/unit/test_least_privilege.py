@@ -335,7 +335,7 @@ def test_least_privilege_every_grant_is_sent_by_the_code_and_nothing_else():
         api = FakeApi()
         factory = InformerFactory(api, namespace="ns")
         MPIJobController(config.Options(gang_scheduling=GANG_FLAG.get(gang, "")), factory,
-                         Executor(api, is_leader=lambda: True, component="c", instance="t"))
+                         Executor(api, is_leader=lambda: True, component="c", instance="t"), kueue_served=True)
         factory.start()
         assert factory.wait_for_cache_sync(timeout=10)
         factory.stop()

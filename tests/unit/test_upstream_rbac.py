@@ -43,6 +43,8 @@ def test_upstream_rbac_sorted_into_features_off_and_mpijobs_held():
         "network-isolation": perm.expand(perm.NETWORK_ISOLATION.grants),
         "launcher-log": {("", "pods/log", "get")},
         "statefulset-workers": perm.expand(perm.STATEFULSET_WORKERS.grants),
+        # upstream never read Kueue's Workloads: a Kueue-held MPIJob reads Suspended, not why
+        "kueue-reasons": perm.expand(perm.KUEUE_REASONS.grants),
     }
     # with --worker-backend=statefulset the StatefulSets run the workers: needed, not a feature
     a = perm.assess(_upstream_missing("statefulset"), "statefulset")
