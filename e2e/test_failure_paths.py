@@ -273,21 +273,29 @@ def test_a_template_key_removed_while_suspended_is_gone_from_the_pods(kubectl, o
     assert w["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
 
 
+def launcher_jobs(kubectl, ns: str, name: str) -> list[dict]:
+    """The launcher Jobs named for MPIJob `name` (a failed read fails the test: `items`)."""
+    return [j for j in items(kubectl, ns, "jobs") if j["metadata"]["name"] == f"{name}-launcher"]
+
+
 def test_resume_with_wait_for_workers_ready_waits_for_them_again(kubectl, operator, namespace, backend):
     """Upstream #615: on resume the launcher must wait for Ready workers, as on the first start. The
-    resumed workers cannot be placed here (a nodeSelector no node has), so none is ever Ready."""
+    resumed workers cannot be placed here (a nodeSelector no node has), so none is ever Ready. The
+    suspend deleted the launcher Job that had run (docs/architecture.md section 11: the resume makes it
+    afresh), so waiting means no launcher Job is made at all, and no launcher pod runs."""
     apply(kubectl, namespace, simulated_mpijob("pi", workers=2, launcher_runs=None, policy="WaitForWorkersReady"))
     wait_condition(kubectl, namespace, "pi", "Running", timeout=60)
     suspend(kubectl, namespace, "pi", True)
     wait_until(lambda: not live(items(kubectl, namespace, "pods", f"{JOB_NAME_LABEL}=pi")), 60,
                what="every pod stopped")
+    wait_until(lambda: not launcher_jobs(kubectl, namespace, "pi"), 60, what="the launcher Job deleted")
     kubectl("-n", namespace, "patch", "mpijob", "pi", "--type=json", "-p", json.dumps([
         {"op": "add", "path": "/spec/mpiReplicaSpecs/Worker/template/spec/nodeSelector",
          "value": {"mpijob-operator.dev/no-such-node": "x"}},
         {"op": "replace", "path": "/spec/runPolicy/suspend", "value": False}]))
     wait_condition(kubectl, namespace, "pi", "Suspended", timeout=60, status="False")
     wait_until(lambda: len(live(pods(kubectl, namespace, "pi", "worker"))) == 2, 60, what="workers Pending")
-    for _ in range(10):  # the workers stay Pending: the launcher Job stays suspended, no launcher pod
+    for _ in range(10):  # the workers stay Pending: no launcher Job is made afresh, no launcher pod
         assert not live(pods(kubectl, namespace, "pi", "launcher"))
-        assert get(kubectl, namespace, "job", "pi-launcher")["spec"]["suspend"] is True
+        assert launcher_jobs(kubectl, namespace, "pi") == []
         time.sleep(0.5)

@@ -237,7 +237,8 @@ def sync_launcher(ctx: JobContext, draft: Draft, running: bool) -> None:
     want = desired.launcher(ctx.job, ctx.config, running=running)
     have = ctx.launcher
     # WaitForWorkersReady holds the launcher back until every worker is Ready: on the first start,
-    # on every resume (a suspended launcher Job stays suspended until then) and on every retry.
+    # on every resume (the suspend deleted the launcher Job that had run: none is made until then;
+    # one that never started stays suspended) and on every retry.
     hold = running and restartpolicy.waits_for_workers(ctx.job) and not _all_ready(ctx)
     if have is None:
         # Nor while the workers it would run with are on their way out (a launcher Job made afresh

@@ -10,11 +10,12 @@ holds each pod until the pod's end is in the Job's status). So every launcher po
 from its creation (the launcher Job's template: the Job controller copies a template's finalizers onto
 its pods), and the operator removes it once that pod's end is in a durable record:
 - the ledger on the launcher Job (reconcilers/failure/ledger.py) announces its last attempt (a failure,
-  counted or not, or an exit 0 a disruption ended), or
+  counted or not), or
 - the MPIJob's status shows the verdict (Succeeded or Failed), or
 - nothing will be judged of it: the MPIJob is suspended (a suspend's end is no verdict), being deleted
   or gone, or the pod is not of the launcher Job that runs now (a Job made afresh takes the ledger
-  with it: `hand_over`, `carry`).
+  with it: `hand_over`, `carry`). An exit 0 a disruption ended waits for this last one: its Job is
+  made afresh on the strength of that pod (`_made_afresh_from`).
 A pod whose end is recorded by this very plan is released on the next one (`RECHECK_S`): the record
 first, the release after, as the Job controller does.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 from reconcilers import access, names, ownership, status
 from reconcilers.context import JobContext
 from reconcilers.draft import Draft
+from reconcilers.failure.afresh import interruption
 from reconcilers.failure.ledger import Ledger
 from reconcilers.failure.retries import name_of, restarts, uid_of
 from reconcilers.types import Config, Obj, Patch, Ref
@@ -75,6 +77,14 @@ def _current(ctx: JobContext, pod: Obj) -> bool:
     return any(isinstance(r, dict) and r.get("controller") and r.get("uid") == uid_of(launcher) for r in refs)
 
 
+def _made_afresh_from(ctx: JobContext, pod: Obj, book: Ledger) -> bool:
+    """A disruption ended the pod with exit 0 (afresh.interruption): its Job completes and cannot run it
+    again, and the Job made afresh is told so by this pod (afresh.interrupted_end), so it is held until
+    that Job is made afresh, its end announced or not. Released once announced, it could go before its
+    Job shows Complete, and that Complete would then read as the MPIJob's finish."""
+    return (pod.get("status") or {}).get("phase") == "Succeeded" and interruption(ctx, pod, book.entries) is not None
+
+
 def why_free(ctx: JobContext, pod: Obj, book: Ledger, judged: bool, suspend: bool) -> str | None:
     """Why the held pod may go now (its end is recorded, or will never be judged), or None."""
     if judged:
@@ -83,7 +93,7 @@ def why_free(ctx: JobContext, pod: Obj, book: Ledger, judged: bool, suspend: boo
         return "the MPIJob is suspended: the attempt a suspend ended is not judged"
     if not _current(ctx, pod):
         return "its launcher Job is gone or made afresh (its ledger went with it)"
-    if not _ended(pod):
+    if not _ended(pod) or _made_afresh_from(ctx, pod, book):
         return None
     run = restarts(ctx, pod)
     order = ((pod.get("metadata") or {}).get("creationTimestamp") or "", name_of(pod), run)

@@ -84,6 +84,28 @@ def test_drained_while_away(backend, code):
     assert st.get_condition(p.status or job["status"], st.SUCCEEDED) is None
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_drained_exit_0_is_held_until_its_launcher_job_is_made_afresh(backend):
+    """A drain evicts the launcher, mpirun exits 0 (Open MPI 5 on SIGTERM), and its end is announced
+    before the launcher Job shows Complete (the Job controller lags its pods). Its Job cannot run it
+    again, so the relaunch reads this pod (afresh.interrupted_end): the pod stays held until its Job is
+    made afresh. Released once announced (the e2e run on the StatefulSet backend), the pod went first
+    and the Job's Complete read as the MPIJob's success."""
+    job, obs = running_state(mpijob(run_policy={"backoffLimit": 0}), backend)
+    drained = ended(job, 0, obs.launcher, disrupted=True, deleting=True)
+    obs = replace(obs, pods=[drained, *obs.pods[1:]], launcher={**obs.launcher, "status": {"active": 1}})
+    p = run(job, obs, backend)
+    assert "not counted" in st.get_condition(p.status, st.RESTARTING)["message"]
+    job, obs = apply_plan(job, obs, p)
+    p = run(job, obs, backend)  # announced, its Job not Complete yet
+    assert not released(p), "released before its launcher Job is made afresh"
+    job, obs = apply_plan(job, obs, p)
+    obs = replace(obs, launcher=job_finished(obs.launcher, "Complete", succeeded=1, active=0, ready=0))
+    p = run(job, obs, backend)
+    assert st.get_condition(p.status or job["status"], st.SUCCEEDED) is None
+    assert ("Job", "pi-launcher") in [(d.ref.kind, d.ref.name) for d in p.deletes], "not made afresh"
+
+
 def _active(backend):
     job, obs = running_state(mpijob(), backend)
     return job, obs
