@@ -57,7 +57,8 @@ def test_grants_exactly_the_podgroup_verbs(kubectl, namespace, flavor):
 
     nobody = f"system:serviceaccount:{NS}:nobody-{uuid.uuid4().hex[:6]}"
     extra = rules_of(kubectl, SA, namespace) - rules_of(kubectl, nobody, namespace)
-    gained = {(g, r, v) for g, r, v in extra if "podgroup" in r or "workload" in r}
+    # (the gang APIs' groups only: Kueue's Workloads, read for issue 51's reasons, are another API)
+    gained = {(g, r, v) for g, r, v in extra if g in GROUPS.values() and ("podgroup" in r or "workload" in r)}
     assert gained == {(group, r, v) for r in RESOURCES[flavor] for v in VERBS}, sorted(gained)
     for resource in RESOURCES[flavor]:
         for verb in ("update", "deletecollection"):
